@@ -1,0 +1,151 @@
+// Package fsm is the lock table state machine that every replica applies
+// committed raft entries to. It is a pure function of (state, index, term,
+// command): no clocks, no randomness, no I/O, and no dependence on map
+// iteration order, so every replica that applies the same log reaches the
+// same state and emits the same results (DESIGN.md invariant 11). Time
+// decisions (which sessions expire) are made by the leader and arrive here as
+// logged commands.
+//
+// A Machine is not safe for concurrent use: the apply goroutine owns it, and
+// readers must be serialised with apply by the caller.
+package fsm
+
+// Op is the kind of a command.
+type Op uint8
+
+// The commands of the lock table log.
+const (
+	// OpOpenSession creates a session whose ID is the index of the entry.
+	// Fields: TTL, Nonce.
+	OpOpenSession Op = 1
+	// OpAcquire grants Name to Session if it is free, queues Session behind
+	// the holder (FIFO) otherwise, or fails with CodeLocked when Try is set.
+	// Fields: Session, Seq, Done, Name, Try.
+	OpAcquire Op = 2
+	// OpRelease frees Name if Session holds it under Token, then grants it to
+	// the first waiter. Fields: Session, Seq, Done, Name, Token.
+	OpRelease Op = 3
+	// OpWithdraw removes Session from the queue of Name (an acquire whose
+	// caller gave up). If the lock was already granted to Session, nothing
+	// changes and the result is the grant. Fields: Session, Seq, Done, Name.
+	OpWithdraw Op = 4
+	// OpCloseSession releases every lock of Session, drops its waits and ends
+	// it. Fields: Session, Seq, Done.
+	OpCloseSession Op = 5
+	// OpExpire ends every live session in IDs as OpCloseSession does. It is
+	// ignored (CodeStaleTerm) unless Term equals the term of the entry that
+	// carries it: only the leader whose clock saw the TTL pass may expire.
+	// Fields: IDs, Term.
+	OpExpire Op = 6
+)
+
+// Command is one logged change. Which fields matter depends on Op.
+type Command struct {
+	Op Op
+	// Session is the session the command acts for.
+	Session uint64
+	// Seq numbers the session's requests, from 1. A command whose
+	// (Session, Seq) was applied before takes no effect again and returns the
+	// original outcome (for an acquire that was queued: its current outcome).
+	Seq uint64
+	// Done tells that the client has every response for sequence numbers
+	// below it: the machine forgets those outcomes, and a command with
+	// Seq < Done of an earlier command fails with CodeInvalid.
+	Done uint64
+	// Name is the lock name.
+	Name string
+	// Try makes an acquire fail with CodeLocked instead of queueing.
+	Try bool
+	// Token is the grant a release names (fenced release, invariant 7).
+	Token uint64
+	// TTL is the session TTL in nanoseconds (OpOpenSession).
+	TTL int64
+	// Nonce lets the proposer of an OpOpenSession find its result.
+	Nonce uint64
+	// IDs are the sessions to expire (OpExpire), in any order.
+	IDs []uint64
+	// Term is the term of the leader that decided the expiry (OpExpire).
+	Term uint64
+}
+
+// Code is the outcome class of a command.
+type Code uint8
+
+// Outcomes.
+const (
+	CodeOK        Code = 0 // applied; for an acquire: granted, Result.Token set
+	CodeQueued    Code = 1 // acquire: waiting in FIFO order behind the holder
+	CodeLocked    Code = 2 // try-acquire: another session holds the lock
+	CodeNotHeld   Code = 3 // release: Token is not the session's current grant
+	CodeNoSession Code = 4 // the session does not exist (expired or closed)
+	CodeLimit     Code = 5 // a Limits bound was reached; nothing changed
+	CodeInvalid   Code = 6 // malformed command (bad name, TTL, retired Seq)
+	CodeWithdrawn Code = 7 // withdraw: removed from the queue; acquire dup: no longer waiting
+	CodeStaleTerm Code = 8 // expire: decided in another term; ignored
+)
+
+// Result is the outcome of one command.
+type Result struct {
+	Code Code
+	// Token is the fencing token of the grant (acquire, or withdraw that
+	// found the lock already granted) or of the released grant (release).
+	Token uint64
+	// Session is the new session's ID (OpOpenSession).
+	Session uint64
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventGranted: Name was granted to Session with Token while applying a
+	// command other than that session's own acquire (a release, withdraw,
+	// close or expiry handed the lock to the next waiter).
+	EventGranted EventKind = 1
+	// EventSessionEnded: Session was closed or expired; all of its locks and
+	// waits are gone.
+	EventSessionEnded EventKind = 2
+)
+
+// Event is a side effect of applying a command that a waiting caller may care
+// about. Events of one command are in a deterministic order.
+type Event struct {
+	Kind    EventKind
+	Session uint64
+	Name    string
+	Token   uint64
+}
+
+// Limits bound the table. Zero fields take the defaults below.
+type Limits struct {
+	// MaxNameBytes bounds lock names (1..MaxNameBytes bytes of valid UTF-8
+	// without NUL). The default is 256.
+	MaxNameBytes int
+	// MaxSessions bounds live sessions. The default is 1,000,000.
+	MaxSessions int
+	// MaxLocksPerSession bounds the locks one session holds or waits for.
+	// The default is 10,000.
+	MaxLocksPerSession int
+	// MaxWaitersPerLock bounds the queue of one lock. The default is 10,000.
+	MaxWaitersPerLock int
+	// MaxPendingPerSession bounds remembered outcomes (sequence numbers at or
+	// above Done) per session. The default is 1,024.
+	MaxPendingPerSession int
+	// MinTTL and MaxTTL bound session TTLs in nanoseconds. The defaults are
+	// 1 s and 10 min.
+	MinTTL, MaxTTL int64
+}
+
+// LockInfo describes one lock.
+type LockInfo struct {
+	Name    string
+	Holder  uint64   // 0 when free
+	Token   uint64   // token of the current grant; 0 when free
+	Waiters []uint64 // sessions waiting, in grant order
+}
+
+// SessionInfo describes one live session.
+type SessionInfo struct {
+	ID  uint64
+	TTL int64 // nanoseconds
+}
