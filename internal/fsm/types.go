@@ -66,6 +66,10 @@ type Command struct {
 	IDs []uint64
 	// Term is the term of the leader that decided the expiry (OpExpire).
 	Term uint64
+	// Target is the Seq of the acquire an OpWithdraw takes back. If that
+	// acquire has not been applied yet, its outcome is recorded as
+	// CodeWithdrawn so that it takes no effect when it arrives later.
+	Target uint64
 }
 
 // Code is the outcome class of a command.

@@ -281,7 +281,9 @@ type Request struct {
 	TtlMs int64  `protobuf:"varint,8,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// OP_ACQUIRE: answer as soon as the request is queued instead of waiting
 	// for the grant.
-	NoWait        bool `protobuf:"varint,9,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	NoWait bool `protobuf:"varint,9,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	// OP_WITHDRAW: the seq of the acquire being taken back.
+	Target        uint64 `protobuf:"varint,10,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +379,13 @@ func (x *Request) GetNoWait() bool {
 		return x.NoWait
 	}
 	return false
+}
+
+func (x *Request) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
 }
 
 type Response struct {
@@ -847,7 +856,7 @@ const file_lock_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\"S\n" +
 	"\tPeerFrame\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\x12\x1a\n" +
-	"\bmessages\x18\x02 \x03(\fR\bmessages\"\xd8\x01\n" +
+	"\bmessages\x18\x02 \x03(\fR\bmessages\"\xf0\x01\n" +
 	"\aRequest\x12!\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x11.quorumlock.v1.OpR\x02op\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x10\n" +
@@ -857,7 +866,9 @@ const file_lock_proto_rawDesc = "" +
 	"\x03try\x18\x06 \x01(\bR\x03try\x12\x14\n" +
 	"\x05token\x18\a \x01(\x04R\x05token\x12\x15\n" +
 	"\x06ttl_ms\x18\b \x01(\x03R\x05ttlMs\x12\x17\n" +
-	"\ano_wait\x18\t \x01(\bR\x06noWait\"\xb6\x01\n" +
+	"\ano_wait\x18\t \x01(\bR\x06noWait\x12\x16\n" +
+	"\x06target\x18\n" +
+	" \x01(\x04R\x06target\"\xb6\x01\n" +
 	"\bResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +

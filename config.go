@@ -1,0 +1,211 @@
+package quorumlock
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/quorumlock/quorumlock/clock"
+)
+
+// Bounds of a session TTL (Config.SessionTTL, WithTTL).
+const (
+	MinSessionTTL = time.Second
+	MaxSessionTTL = 10 * time.Minute
+)
+
+// Config configures one replica. Start applies the defaults to a copy; the
+// caller's value is never modified.
+type Config struct {
+	// ID is this replica's member ID: non-zero, and a key of Peers.
+	ID uint64
+
+	// Peers maps the ID of every voting member, this replica's included, to
+	// its peer address (host:port). Peers and clients connect to it. Every
+	// replica of a cluster must be given the same map. Addresses must be
+	// distinct.
+	Peers map[uint64]string
+
+	// DataDir holds the raft log. It is created if missing. A directory
+	// written by another cluster (ClusterName and member IDs) or another ID
+	// is refused with ErrForeignDataDir.
+	DataDir string
+
+	// Listener, if set, is served instead of listening on Peers[ID]; Start
+	// takes ownership and Close closes it. Useful with port 0 in tests.
+	Listener net.Listener
+
+	// ClusterName distinguishes clusters that use the same member IDs: the
+	// cluster ID exchanged in the peer handshake and stored in DataDir is a
+	// hash of it and the member IDs. The default is "quorumlock".
+	ClusterName string
+
+	// SessionTTL is the default session TTL, in [MinSessionTTL,
+	// MaxSessionTTL]. A session whose leader hears no heartbeat for a TTL
+	// expires; clients heartbeat every TTL/3. The default is 10 s (the
+	// Chubby/etcd range: long enough to ride out a leader election).
+	SessionTTL time.Duration
+
+	// TickInterval is the duration of one raft tick. The default is 100 ms.
+	TickInterval time.Duration
+
+	// ElectionTicks is the raft election timeout in ticks (heartbeats go out
+	// every tick). At least 3. The default is 10 (1 s with the default tick).
+	ElectionTicks int
+
+	// Logger receives the replica's logs. nil: no logging.
+	Logger *zap.Logger
+
+	// Clock is the time source for ticks, session timers and client leases.
+	// The default is clock.Real(). Tests may pass a clock.Manual.
+	Clock clock.Clock
+
+	// Dialer, if set, opens every connection this replica makes to its peers
+	// (raft traffic and client requests forwarded to the leader). The
+	// default dials TCP. Tests use it to inject network faults.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+	// MaxNameBytes bounds lock names. The default is 256.
+	MaxNameBytes int
+	// MaxSessions bounds live sessions in the cluster. The default is
+	// 1,000,000.
+	MaxSessions int
+	// MaxLocksPerSession bounds the locks one session holds or waits for.
+	// The default is 10,000.
+	MaxLocksPerSession int
+	// MaxWaitersPerLock bounds the queue of one lock. The default is 10,000.
+	MaxWaitersPerLock int
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.ClusterName == "" {
+		out.ClusterName = "quorumlock"
+	}
+	if out.SessionTTL == 0 {
+		out.SessionTTL = 10 * time.Second
+	}
+	if out.TickInterval == 0 {
+		out.TickInterval = 100 * time.Millisecond
+	}
+	if out.ElectionTicks == 0 {
+		out.ElectionTicks = 10
+	}
+	if out.Logger == nil {
+		out.Logger = zap.NewNop()
+	}
+	if out.Clock == nil {
+		out.Clock = clock.Real()
+	}
+	if out.MaxNameBytes == 0 {
+		out.MaxNameBytes = 256
+	}
+	if out.MaxSessions == 0 {
+		out.MaxSessions = 1_000_000
+	}
+	if out.MaxLocksPerSession == 0 {
+		out.MaxLocksPerSession = 10_000
+	}
+	if out.MaxWaitersPerLock == 0 {
+		out.MaxWaitersPerLock = 10_000
+	}
+	// Peers is copied so that later changes by the caller do not reach us.
+	out.Peers = make(map[uint64]string, len(c.Peers))
+	for id, addr := range c.Peers {
+		out.Peers[id] = addr
+	}
+	return out
+}
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// validate checks a Config that has its defaults applied.
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return invalid("ID", "must be non-zero")
+	}
+	if len(c.Peers) == 0 {
+		return invalid("Peers", "must list every voting member")
+	}
+	if _, ok := c.Peers[c.ID]; !ok {
+		return invalid("ID", "%d is not a key of Peers", c.ID)
+	}
+	seen := make(map[string]uint64, len(c.Peers))
+	for _, id := range c.memberIDs() {
+		addr := c.Peers[id]
+		if id == 0 {
+			return invalid("Peers", "member ID 0 is not allowed")
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return invalid("Peers", "member %d: address %q: %v", id, addr, err)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 || (p == 0 && (id != c.ID || c.Listener == nil)) {
+			return invalid("Peers", "member %d: address %q has no usable port", id, addr)
+		}
+		key := net.JoinHostPort(host, port)
+		if other, dup := seen[key]; dup {
+			return invalid("Peers", "members %d and %d share address %q", other, id, addr)
+		}
+		seen[key] = id
+	}
+	if c.DataDir == "" {
+		return invalid("DataDir", "must be set")
+	}
+	if c.SessionTTL < MinSessionTTL || c.SessionTTL > MaxSessionTTL {
+		return invalid("SessionTTL", "%v is outside [%v, %v]", c.SessionTTL, MinSessionTTL, MaxSessionTTL)
+	}
+	if c.TickInterval < time.Millisecond {
+		return invalid("TickInterval", "%v is below 1ms", c.TickInterval)
+	}
+	if c.ElectionTicks < 3 {
+		return invalid("ElectionTicks", "%d is below 3", c.ElectionTicks)
+	}
+	if et := c.electionTimeout(); et*2 >= c.SessionTTL {
+		return invalid("ElectionTicks", "election timeout %v must be below half the SessionTTL %v, or sessions expire during elections", et, c.SessionTTL)
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"MaxNameBytes", c.MaxNameBytes}, {"MaxSessions", c.MaxSessions}, {"MaxLocksPerSession", c.MaxLocksPerSession}, {"MaxWaitersPerLock", c.MaxWaitersPerLock}} {
+		if l.v < 1 {
+			return invalid(l.name, "%d must be positive", l.v)
+		}
+	}
+	return nil
+}
+
+func (c *Config) electionTimeout() time.Duration {
+	return time.Duration(c.ElectionTicks) * c.TickInterval
+}
+
+// memberIDs returns the member IDs in ascending order.
+func (c *Config) memberIDs() []uint64 {
+	ids := make([]uint64, 0, len(c.Peers))
+	for id := range c.Peers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// clusterID hashes the cluster name and the member IDs (FNV-1a, 64 bit).
+func (c *Config) clusterID() uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(c.ClusterName))
+	for _, id := range c.memberIDs() {
+		h.Write(strconv.AppendUint([]byte{0}, id, 10))
+	}
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
+}

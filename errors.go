@@ -1,0 +1,56 @@
+package quorumlock
+
+import "errors"
+
+// Sentinel errors. Every error quorumlock returns for one of these conditions
+// wraps the sentinel, so test with errors.Is.
+var (
+	// ErrLocked is returned by TryAcquire when another session holds the
+	// lock.
+	ErrLocked = errors.New("quorumlock: lock held by another session")
+
+	// ErrSessionExpired is returned by calls on a session that is over:
+	// expired on the cluster, past its client-side lease (the send time of
+	// its last acknowledged heartbeat plus TTL minus the safety margin),
+	// closed, or abandoned. An expired session is never renewed.
+	ErrSessionExpired = errors.New("quorumlock: session expired")
+
+	// ErrStaleToken is returned by Fence.Admit for a token lower than the
+	// highest one already admitted for the resource.
+	ErrStaleToken = errors.New("quorumlock: stale fencing token")
+
+	// ErrInvalidName is returned for a lock name that is empty, longer than
+	// Config.MaxNameBytes, not valid UTF-8, or contains NUL.
+	ErrInvalidName = errors.New("quorumlock: invalid lock name")
+
+	// ErrNotHeld is returned by Lock.Release when the lock's grant is no
+	// longer current (already released, or the session lost it).
+	ErrNotHeld = errors.New("quorumlock: lock not held")
+
+	// ErrLimit is returned when a configured limit (sessions, locks per
+	// session, waiters per lock) would be exceeded. Nothing changed.
+	ErrLimit = errors.New("quorumlock: limit reached")
+
+	// ErrClosed is returned by calls on a Node (or the sessions opened
+	// through it) after Close, or after the replica stopped on a storage
+	// error.
+	ErrClosed = errors.New("quorumlock: closed")
+
+	// ErrUnknownOutcome is returned when a request may or may not have taken
+	// effect: the caller's context ended after the request was sent and
+	// before an answer came. (Acquire never returns it: it settles the
+	// outcome first, see Session.Acquire.)
+	ErrUnknownOutcome = errors.New("quorumlock: outcome unknown")
+
+	// ErrInvalidConfig is returned by Start for a bad Config field; the
+	// message names the field.
+	ErrInvalidConfig = errors.New("quorumlock: invalid config")
+
+	// ErrInvalidTTL is returned by NewSession for a TTL outside
+	// [MinSessionTTL, MaxSessionTTL].
+	ErrInvalidTTL = errors.New("quorumlock: invalid session TTL")
+
+	// ErrForeignDataDir is returned by Start when the data directory was
+	// written by another cluster or another member ID.
+	ErrForeignDataDir = errors.New("quorumlock: data directory belongs to another cluster or member")
+)

@@ -1,0 +1,47 @@
+package quorumlock
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Token is a fencing token: the raft log index of the entry whose
+// application granted a lock. Tokens of one lock strictly increase with
+// every grant, across leader changes and restarts (DESIGN.md invariant 2),
+// so a resource that remembers the highest token it accepted can reject a
+// holder whose grant has been superseded (Kleppmann, "How to do distributed
+// locking", 2016; Chubby's sequencers).
+type Token uint64
+
+// Fence is the check a protected resource runs: it admits an operation only
+// if its token is at least the highest token admitted before for the same
+// resource. A Fence lives with the resource, not with the lock service. It is
+// safe for concurrent use.
+type Fence struct {
+	mu      sync.Mutex
+	highest map[string]Token
+}
+
+// NewFence returns an empty fence.
+func NewFence() *Fence { return &Fence{highest: make(map[string]Token)} }
+
+// Admit records t for resource and returns nil if t is at least the highest
+// token admitted for resource so far (equal tokens are the same grant doing
+// more work). A lower token returns an error wrapping ErrStaleToken and
+// changes nothing.
+func (f *Fence) Admit(resource string, t Token) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h := f.highest[resource]; t < h {
+		return fmt.Errorf("%w: token %d for %q is below %d", ErrStaleToken, t, resource, h)
+	}
+	f.highest[resource] = t
+	return nil
+}
+
+// Highest returns the highest token admitted for resource (0 if none).
+func (f *Fence) Highest(resource string) Token {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.highest[resource]
+}

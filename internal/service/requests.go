@@ -1,0 +1,293 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// Propose serves every session command (open, acquire, release, withdraw,
+// close). It answers NOT_LEADER (with a hint) or UNAVAILABLE unless this
+// replica is the ready leader. An acquire that queues waits, unless NoWait is
+// set, until it is granted, its session ends, leadership is lost or ctx ends
+// (ctx's error is returned; the request stays queued and a retry with the
+// same (session, seq) finds it). It is also the gRPC handler.
+func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
+		return &lockpb.Response{Code: code, LeaderHint: hint}, nil
+	}
+	cmd := fsm.Command{
+		Session: req.GetSession(),
+		Seq:     req.GetSeq(),
+		Done:    req.GetDone(),
+		Name:    req.GetName(),
+		Try:     req.GetTry(),
+		Token:   req.GetToken(),
+		Target:  req.GetTarget(),
+	}
+	var key reqKey
+	waitGrant := false
+	switch req.GetOp() {
+	case lockpb.Op_OP_OPEN_SESSION:
+		cmd.Op = fsm.OpOpenSession
+		cmd.TTL = int64(time.Duration(req.GetTtlMs()) * time.Millisecond)
+	case lockpb.Op_OP_ACQUIRE:
+		cmd.Op = fsm.OpAcquire
+		waitGrant = !req.GetTry() && !req.GetNoWait()
+	case lockpb.Op_OP_RELEASE:
+		cmd.Op = fsm.OpRelease
+	case lockpb.Op_OP_WITHDRAW:
+		cmd.Op = fsm.OpWithdraw
+	case lockpb.Op_OP_CLOSE_SESSION:
+		cmd.Op = fsm.OpCloseSession
+	default:
+		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
+	}
+	if cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw {
+		if !fsm.ValidName(cmd.Name, s.m.Limits().MaxNameBytes) {
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
+		}
+	}
+
+	reqc := make(chan outcome, 1)
+	var grantc chan outcome
+	s.mu.Lock()
+	if cmd.Op == fsm.OpOpenSession {
+		cmd.Nonce = s.rnd.Uint64()
+		key = reqKey{0, cmd.Nonce}
+	} else {
+		key = reqKey{cmd.Session, cmd.Seq}
+	}
+	s.requests[key] = append(s.requests[key], reqc)
+	if waitGrant {
+		grantc = make(chan outcome, 1)
+		byName := s.grants[cmd.Session]
+		if byName == nil {
+			byName = make(map[string][]chan outcome)
+			s.grants[cmd.Session] = byName
+		}
+		byName[cmd.Name] = append(byName[cmd.Name], grantc)
+	}
+	s.mu.Unlock()
+	defer s.unregister(key, reqc, cmd.Session, cmd.Name, grantc)
+
+	if err := s.raft.Propose(ctx, fsm.Encode(&cmd)); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return s.notLeader(), nil
+	}
+	var o outcome
+	select {
+	case o = <-reqc:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if o.notLeader {
+		return s.notLeader(), nil
+	}
+	if o.res.Code == fsm.CodeQueued && waitGrant {
+		select {
+		case o = <-grantc:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if o.notLeader {
+			return s.notLeader(), nil
+		}
+	}
+	return response(o.res), nil
+}
+
+// unregister drops waiters that were not answered.
+func (s *Service) unregister(key reqKey, reqc chan outcome, session uint64, name string, grantc chan outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests[key] = slicesDelete(s.requests[key], reqc)
+	if len(s.requests[key]) == 0 {
+		delete(s.requests, key)
+	}
+	if grantc != nil {
+		if byName := s.grants[session]; byName != nil {
+			byName[name] = slicesDelete(byName[name], grantc)
+			if len(byName[name]) == 0 {
+				delete(byName, name)
+			}
+			if len(byName) == 0 {
+				delete(s.grants, session)
+			}
+		}
+	}
+}
+
+func slicesDelete(cs []chan outcome, c chan outcome) []chan outcome {
+	for i, x := range cs {
+		if x == c {
+			return append(cs[:i], cs[i+1:]...)
+		}
+	}
+	return cs
+}
+
+func (s *Service) notLeader() *lockpb.Response {
+	st := s.raft.Status()
+	hint := st.Leader
+	if hint == st.ID {
+		hint = 0
+	}
+	return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderHint: hint}
+}
+
+func response(r fsm.Result) *lockpb.Response {
+	resp := &lockpb.Response{Token: r.Token, Session: r.Session}
+	switch r.Code {
+	case fsm.CodeOK:
+		resp.Code = lockpb.Code_CODE_OK
+	case fsm.CodeQueued:
+		resp.Code, resp.Queued = lockpb.Code_CODE_OK, true
+	case fsm.CodeLocked:
+		resp.Code = lockpb.Code_CODE_LOCKED
+	case fsm.CodeNotHeld:
+		resp.Code = lockpb.Code_CODE_NOT_HELD
+	case fsm.CodeNoSession:
+		resp.Code = lockpb.Code_CODE_NO_SESSION
+	case fsm.CodeLimit:
+		resp.Code = lockpb.Code_CODE_LIMIT
+	case fsm.CodeWithdrawn:
+		resp.Code = lockpb.Code_CODE_WITHDRAWN
+	default:
+		resp.Code = lockpb.Code_CODE_INVALID
+	}
+	return resp
+}
+
+// Holder is a linearizable read of one lock (DESIGN.md invariant 9): a
+// ReadIndex confirmed by the leader, then a wait until this replica has
+// applied that index. It works on every replica; one cut off from the
+// majority blocks until ctx ends.
+func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockpb.HolderResponse, error) {
+	if !fsm.ValidName(req.GetName(), s.m.Limits().MaxNameBytes) {
+		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
+	}
+	if err := s.linearize(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	li := s.m.Holder(req.GetName())
+	s.mu.Unlock()
+	return &lockpb.HolderResponse{Session: li.Holder, Token: li.Token, Waiters: li.Waiters}, nil
+}
+
+func (s *Service) linearize(ctx context.Context) error {
+	idx, err := s.raft.ReadIndex(ctx)
+	if err != nil {
+		return err
+	}
+	return s.raft.WaitApplied(ctx, idx)
+}
+
+// Heartbeat renews the sessions ids on the leader. The timers are reset on
+// receipt; the answer waits for a leadership confirmation (ReadIndex) issued
+// after receipt and for the apply of everything before it, so a deposed
+// leader can never extend a client's belief (DESIGN.md invariant 4), and a
+// session whose expiry is under way is reported gone rather than alive.
+// Concurrent heartbeats share confirmation rounds.
+func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []uint64, code lockpb.Code, hint uint64) {
+	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
+		return nil, nil, code, hint
+	}
+	now := s.clk.Now()
+	s.mu.Lock()
+	if !s.ready {
+		s.mu.Unlock()
+		r := s.notLeader()
+		return nil, nil, r.Code, r.LeaderHint
+	}
+	term := s.term
+	candidates := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := s.m.Session(id); !ok || s.expiring[id] {
+			gone = append(gone, id)
+			continue
+		}
+		s.last[id] = now
+		candidates = append(candidates, id)
+	}
+	s.mu.Unlock()
+	if len(candidates) == 0 {
+		return nil, gone, lockpb.Code_CODE_OK, 0
+	}
+	if err := s.linearize(ctx); err != nil {
+		r := s.notLeader()
+		return nil, nil, r.Code, r.LeaderHint
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready || s.term != term {
+		r := s.notLeader()
+		return nil, nil, r.Code, r.LeaderHint
+	}
+	for _, id := range candidates {
+		if _, ok := s.m.Session(id); !ok || s.expiring[id] {
+			gone = append(gone, id)
+		} else {
+			alive = append(alive, id)
+		}
+	}
+	return alive, gone, lockpb.Code_CODE_OK, 0
+}
+
+// KeepAlive is the gRPC stream form of Heartbeat: each request is one batch
+// of sessions; answers may come back out of order, matched by batch number.
+func (s *Service) KeepAlive(stream lockpb.Lock_KeepAliveServer) error {
+	ctx := stream.Context()
+	out := make(chan *lockpb.KeepAliveResponse, 16)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case r := <-out:
+				if err := stream.Send(r); err != nil {
+					errc <- err
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		go func() {
+			alive, gone, code, hint := s.Heartbeat(ctx, req.GetSessions())
+			select {
+			case out <- &lockpb.KeepAliveResponse{Batch: req.GetBatch(), Code: code, LeaderHint: hint, Alive: alive, Expired: gone}:
+			case <-ctx.Done():
+			}
+		}()
+		select {
+		case err := <-errc:
+			return err
+		default:
+		}
+	}
+}
+
+// Status reports this replica's raft state.
+func (s *Service) Status(ctx context.Context, _ *lockpb.StatusRequest) (*lockpb.StatusResponse, error) {
+	st := s.raft.Status()
+	return &lockpb.StatusResponse{Id: st.ID, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}, nil
+}
+
+// SessionTTL returns the TTL of a live session known to this replica's table.
+func (s *Service) SessionTTL(id uint64) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	si, ok := s.m.Session(id)
+	return time.Duration(si.TTL), ok
+}

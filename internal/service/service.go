@@ -1,0 +1,298 @@
+// Package service is the server side of quorumlock's client API on one
+// replica. It owns the replica's lock table (internal/fsm), applies committed
+// entries to it, and, while the replica is the ready leader, turns client
+// requests into log entries, answers them when they apply, keeps the session
+// timers and proposes expiries.
+//
+// Goroutines: Apply, LeaderReady and LeaderLost are called by the raft node's
+// goroutine; the request methods (Propose, Holder, Heartbeat, Status) by any
+// number of caller goroutines (gRPC handlers or in-process callers); one
+// goroutine of its own scans session timers (Run). A single mutex guards the
+// lock table, the timers and the waiters; no call into the raft node is made
+// while holding it.
+package service
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/raftnode"
+)
+
+// Raft is what the service needs from the replica's raft node.
+type Raft interface {
+	Propose(ctx context.Context, data []byte) error
+	ReadIndex(ctx context.Context) (uint64, error)
+	WaitApplied(ctx context.Context, index uint64) error
+	Status() raftnode.Status
+}
+
+// Config configures a Service.
+type Config struct {
+	// Limits bound the lock table (zero fields: fsm defaults).
+	Limits fsm.Limits
+	// Clock times sessions. The default is clock.Real().
+	Clock clock.Clock
+	// ScanInterval is how often the leader looks for expired sessions. The
+	// default is 100 ms.
+	ScanInterval time.Duration
+	// Logger: nil means no-op.
+	Logger *zap.Logger
+}
+
+// Service is one replica's lock table and client API handler.
+type Service struct {
+	lockpb.UnimplementedLockServer
+
+	cfg  Config
+	clk  clock.Clock
+	log  *zap.Logger
+	raft Raft
+	rnd  *rand.Rand // nonces; guarded by mu
+
+	mu       sync.Mutex
+	m        *fsm.Machine
+	ready    bool   // leader of term, with every earlier entry applied
+	term     uint64 // term of the current leadership when ready
+	last     map[uint64]time.Time
+	expiring map[uint64]bool
+	requests map[reqKey][]chan outcome
+	grants   map[uint64]map[string][]chan outcome
+	stopc    chan struct{}
+	stopOnce sync.Once
+	runDone  chan struct{}
+}
+
+type reqKey struct {
+	session uint64 // 0 for OpOpenSession
+	seq     uint64 // nonce for OpOpenSession
+}
+
+// outcome is what a waiter receives: a result, or notLeader when the
+// leadership that would have answered ended.
+type outcome struct {
+	res       fsm.Result
+	notLeader bool
+}
+
+// New creates a service with an empty lock table. Bind must be called before
+// requests arrive.
+func New(cfg Config) *Service {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.ScanInterval <= 0 {
+		cfg.ScanInterval = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Service{
+		cfg:      cfg,
+		clk:      cfg.Clock,
+		log:      cfg.Logger,
+		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		m:        fsm.New(cfg.Limits),
+		last:     make(map[uint64]time.Time),
+		expiring: make(map[uint64]bool),
+		requests: make(map[reqKey][]chan outcome),
+		grants:   make(map[uint64]map[string][]chan outcome),
+		stopc:    make(chan struct{}),
+		runDone:  make(chan struct{}),
+	}
+}
+
+// Bind attaches the raft node; call it once, before Run.
+func (s *Service) Bind(r Raft) { s.raft = r }
+
+// Limits returns the effective limits of the lock table.
+func (s *Service) Limits() fsm.Limits { return s.m.Limits() }
+
+// Run scans session timers until Stop. Call it in its own goroutine.
+func (s *Service) Run() {
+	defer close(s.runDone)
+	t := s.clk.NewTicker(s.cfg.ScanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C():
+			s.expireDue()
+		case <-s.stopc:
+			return
+		}
+	}
+}
+
+// Stop ends Run and fails every waiting request as if leadership was lost.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() { close(s.stopc) })
+	<-s.runDone
+	s.LeaderLost()
+}
+
+// Apply implements raftnode.StateMachine.
+func (s *Service) Apply(ents []*raftpb.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryNormal || len(e.GetData()) == 0 {
+			s.m.SetApplied(e.GetIndex())
+			continue
+		}
+		cmd, res, evs := s.m.ApplyEntry(e.GetIndex(), e.GetTerm(), e.GetData())
+		switch cmd.Op {
+		case fsm.OpOpenSession:
+			if res.Code == fsm.CodeOK && s.ready {
+				s.last[res.Session] = s.clk.Now()
+			}
+			s.deliver(reqKey{0, cmd.Nonce}, res)
+		case fsm.OpExpire:
+			for _, id := range cmd.IDs {
+				delete(s.expiring, id)
+			}
+		default:
+			s.deliver(reqKey{cmd.Session, cmd.Seq}, res)
+		}
+		for _, ev := range evs {
+			switch ev.Kind {
+			case fsm.EventGranted:
+				s.deliverGrant(ev.Session, ev.Name, outcome{res: fsm.Result{Code: fsm.CodeOK, Token: ev.Token}})
+			case fsm.EventSessionEnded:
+				delete(s.last, ev.Session)
+				delete(s.expiring, ev.Session)
+				for name := range s.grants[ev.Session] {
+					s.deliverGrant(ev.Session, name, outcome{res: fsm.Result{Code: fsm.CodeNoSession}})
+				}
+			}
+		}
+	}
+}
+
+func (s *Service) deliver(k reqKey, res fsm.Result) {
+	for _, c := range s.requests[k] {
+		c <- outcome{res: res}
+	}
+	delete(s.requests, k)
+}
+
+func (s *Service) deliverGrant(session uint64, name string, o outcome) {
+	byName := s.grants[session]
+	for _, c := range byName[name] {
+		c <- o
+	}
+	delete(byName, name)
+	if len(byName) == 0 {
+		delete(s.grants, session)
+	}
+}
+
+// LeaderReady implements raftnode.StateMachine: every session gets a full,
+// fresh TTL from now (DESIGN.md invariant 3), so a release is only ever
+// delayed by a leader change, never hastened.
+func (s *Service) LeaderReady(term uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clk.Now()
+	s.ready, s.term = true, term
+	clear(s.last)
+	clear(s.expiring)
+	for _, si := range s.m.Sessions() {
+		s.last[si.ID] = now
+	}
+	s.log.Info("leader ready", zap.Uint64("term", term), zap.Int("sessions", len(s.last)))
+}
+
+// LeaderLost implements raftnode.StateMachine: waiters are answered
+// NOT_LEADER so that clients re-send to the next leader.
+func (s *Service) LeaderLost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ready = false
+	clear(s.last)
+	clear(s.expiring)
+	for k, cs := range s.requests {
+		for _, c := range cs {
+			c <- outcome{notLeader: true}
+		}
+		delete(s.requests, k)
+	}
+	for sess, byName := range s.grants {
+		for _, cs := range byName {
+			for _, c := range cs {
+				c <- outcome{notLeader: true}
+			}
+		}
+		delete(s.grants, sess)
+	}
+}
+
+// expireDue proposes one Expire entry for every session whose TTL has passed
+// since the last heartbeat this leader received (DESIGN.md invariant 3).
+func (s *Service) expireDue() {
+	s.mu.Lock()
+	if !s.ready {
+		s.mu.Unlock()
+		return
+	}
+	now := s.clk.Now()
+	var ids []uint64
+	for id, last := range s.last {
+		if s.expiring[id] {
+			continue
+		}
+		si, ok := s.m.Session(id)
+		if !ok {
+			continue
+		}
+		if now.Sub(last) > time.Duration(si.TTL) {
+			ids = append(ids, id)
+			s.expiring[id] = true
+		}
+	}
+	term := s.term
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	slices.Sort(ids)
+	data := fsm.Encode(&fsm.Command{Op: fsm.OpExpire, IDs: ids, Term: term})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.ScanInterval)
+	defer cancel()
+	if err := s.raft.Propose(ctx, data); err != nil {
+		// Not in the log: allow the next scan to try again. (If leadership
+		// was lost, LeaderLost already cleared the marks.)
+		s.mu.Lock()
+		if s.ready && s.term == term {
+			for _, id := range ids {
+				delete(s.expiring, id)
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.log.Debug("proposed expiry", zap.Int("sessions", len(ids)), zap.Uint64("term", term))
+}
+
+// readyCode reports whether this replica may take requests now.
+func (s *Service) readyCode() (lockpb.Code, uint64) {
+	st := s.raft.Status()
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if ready {
+		return lockpb.Code_CODE_OK, st.ID
+	}
+	if st.Leader == st.ID {
+		return lockpb.Code_CODE_UNAVAILABLE, st.ID
+	}
+	return lockpb.Code_CODE_NOT_LEADER, st.Leader
+}

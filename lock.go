@@ -1,0 +1,75 @@
+package quorumlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// Lock is one grant of a named lock to a session. Its methods are safe for
+// concurrent use.
+type Lock struct {
+	s     *Session
+	name  string
+	token Token
+
+	lostOnce sync.Once
+	lost     chan struct{}
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Token returns the grant's fencing token: the raft index of the log entry
+// whose application granted it. Pass it to the protected resource, which
+// checks it with a Fence.
+func (l *Lock) Token() Token { return l.token }
+
+// Session returns the session that holds the lock.
+func (l *Lock) Session() *Session { return l.s }
+
+// Lost is closed when the holder can no longer vouch that it holds the lock:
+// the lock was released, the session ended (closed, expired on the cluster,
+// or past its client-side lease), or the Node closed. Stop using the
+// protected resource when it closes; the fencing token protects against the
+// window in which this notice is late (a paused process).
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+func (l *Lock) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+
+// Release frees the lock if this grant is still current; the next waiter is
+// granted with a larger token. The release names the token (DESIGN.md
+// invariant 7): a late or repeated release never frees a newer grant.
+// Lost closes in every case but the ctx one.
+//
+// Errors: ErrNotHeld (the grant is no longer current), ErrSessionExpired,
+// ErrClosed, ErrUnknownOutcome wrapping ctx's error when ctx ended before
+// the answer (the release may or may not have happened; calling Release
+// again settles it).
+func (l *Lock) Release(ctx context.Context) error {
+	s := l.s
+	if err := s.alive(); err != nil {
+		return err
+	}
+	seq, done := s.nextSeq()
+	defer s.finish(seq)
+	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Seq: seq, Done: done, Name: l.name, Token: uint64(l.token)})
+	if err != nil {
+		if ctx.Err() != nil && s.alive() == nil {
+			return fmt.Errorf("%w: releasing %q: %w", ErrUnknownOutcome, l.name, err)
+		}
+		return err
+	}
+	s.dropLock(l)
+	l.markLost()
+	switch resp.GetCode() {
+	case lockpb.Code_CODE_OK:
+		return nil
+	case lockpb.Code_CODE_NOT_HELD:
+		return fmt.Errorf("%w: %q token %d", ErrNotHeld, l.name, l.token)
+	default:
+		return fmt.Errorf("quorumlock: releasing %q: %s", l.name, resp.GetCode())
+	}
+}

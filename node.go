@@ -1,0 +1,306 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/internal/service"
+	"github.com/quorumlock/quorumlock/raftnode"
+	"github.com/quorumlock/quorumlock/storage"
+	"github.com/quorumlock/quorumlock/storage/pebblestore"
+	"github.com/quorumlock/quorumlock/transport"
+)
+
+// Node is one running replica. Its methods are safe for concurrent use.
+type Node struct {
+	cfg    Config
+	log    *zap.Logger
+	store  storage.LogStore
+	raft   *raftnode.Node
+	svc    *service.Service
+	tr     *transport.Transport
+	server *grpc.Server
+	lis    net.Listener
+	router *router
+	hb     *heartbeater
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	baseCtx   context.Context // cancelled (cause ErrClosed) by Close
+	cancel    context.CancelCauseFunc
+	serveDone chan struct{}
+}
+
+// Status is a replica's view of the cluster.
+type Status struct {
+	ID      uint64 // this replica
+	Leader  uint64 // the leader this replica knows of; 0 if unknown
+	Term    uint64 // raft term
+	Commit  uint64 // highest log index known committed
+	Applied uint64 // highest log index applied to this replica's lock table
+}
+
+// LockInfo describes a lock as of a linearizable read.
+type LockInfo struct {
+	Name    string
+	Holder  uint64   // session ID of the holder; 0 when the lock is free
+	Token   Token    // fencing token of the current grant; 0 when free
+	Waiters []uint64 // session IDs waiting, in the order they will be granted
+}
+
+// Start validates cfg, opens (or creates) the replica's data directory,
+// starts raft and starts serving peers and clients on Peers[ID] (or
+// cfg.Listener). It does not wait for a leader to be elected: sessions and
+// reads opened right away wait for one, within their contexts.
+//
+// Errors: ErrInvalidConfig naming the field; ErrForeignDataDir; storage
+// errors naming the file; a listen error. ctx bounds the start-up work.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		if cfg.Listener != nil {
+			cfg.Listener.Close()
+		}
+		return nil, err
+	}
+	n, err := start(ctx, cfg)
+	if err != nil && cfg.Listener != nil {
+		cfg.Listener.Close()
+	}
+	return n, err
+}
+
+func start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("quorumlock: data directory: %w", err)
+	}
+	store, err := pebblestore.Open(filepath.Join(cfg.DataDir, "log"), pebblestore.Options{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("quorumlock: opening log: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			store.Close()
+		}
+	}()
+	if err := checkIdentity(store, storage.Identity{ClusterID: cfg.clusterID(), MemberID: cfg.ID}, cfg.DataDir); err != nil {
+		return nil, err
+	}
+
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger.With(zap.Uint64("member", cfg.ID)),
+		store:     store,
+		closed:    make(chan struct{}),
+		serveDone: make(chan struct{}),
+	}
+	n.baseCtx, n.cancel = context.WithCancelCause(context.Background())
+	n.svc = service.New(service.Config{
+		Limits: fsm.Limits{
+			MaxNameBytes:       cfg.MaxNameBytes,
+			MaxSessions:        cfg.MaxSessions,
+			MaxLocksPerSession: cfg.MaxLocksPerSession,
+			MaxWaitersPerLock:  cfg.MaxWaitersPerLock,
+			MinTTL:             int64(MinSessionTTL),
+			MaxTTL:             int64(MaxSessionTTL),
+		},
+		Clock:        cfg.Clock,
+		ScanInterval: cfg.TickInterval,
+		Logger:       n.log,
+	})
+	tr, err := transport.New(transport.Config{
+		ClusterID:   cfg.clusterID(),
+		ID:          cfg.ID,
+		Peers:       cfg.Peers,
+		Handler:     func(m *raftpb.Message) { n.raft.Step(m) },
+		Unreachable: func(id uint64) { n.raft.ReportUnreachable(id) },
+		Dialer:      cfg.Dialer,
+		Logger:      n.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("quorumlock: transport: %w", err)
+	}
+	n.tr = tr
+	n.raft, err = raftnode.New(raftnode.Config{
+		ID:            cfg.ID,
+		Peers:         cfg.memberIDs(),
+		Storage:       store,
+		Transport:     tr,
+		StateMachine:  n.svc,
+		Clock:         cfg.Clock,
+		TickInterval:  cfg.TickInterval,
+		ElectionTicks: cfg.ElectionTicks,
+		Logger:        n.log,
+		OnFatal: func(err error) {
+			n.log.Error("replica stopped: storage failure", zap.Error(err))
+			go n.Close()
+		},
+	})
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	n.svc.Bind(n.raft)
+
+	lis := cfg.Listener
+	if lis == nil {
+		var lc net.ListenConfig
+		if lis, err = lc.Listen(ctx, "tcp", cfg.Peers[cfg.ID]); err != nil {
+			tr.Close()
+			return nil, fmt.Errorf("quorumlock: listen: %w", err)
+		}
+	}
+	n.lis = lis
+	n.server = grpc.NewServer()
+	tr.Register(n.server)
+	lockpb.RegisterLockServer(n.server, n.svc)
+	n.router = newRouter(n)
+	n.hb = newHeartbeater(n.router, cfg.Clock, n.closed)
+
+	go func() {
+		defer close(n.serveDone)
+		if err := n.server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Warn("serve", zap.Error(err))
+		}
+	}()
+	n.raft.Start()
+	go n.svc.Run()
+	go n.hb.run()
+	n.log.Info("replica started", zap.String("addr", lis.Addr().String()), zap.Int("members", len(cfg.Peers)))
+	return n, nil
+}
+
+func checkIdentity(store storage.LogStore, want storage.Identity, dir string) error {
+	have, ok, err := store.Identity()
+	if err != nil {
+		return fmt.Errorf("quorumlock: reading identity of %s: %w", dir, err)
+	}
+	if ok {
+		if have != want {
+			return fmt.Errorf("%w: %s was written by member %d of cluster %x, this is member %d of cluster %x",
+				ErrForeignDataDir, dir, have.MemberID, have.ClusterID, want.MemberID, want.ClusterID)
+		}
+		return nil
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		return fmt.Errorf("quorumlock: reading %s: %w", dir, err)
+	}
+	hs, _, err := store.InitialState()
+	if err != nil {
+		return fmt.Errorf("quorumlock: reading %s: %w", dir, err)
+	}
+	if last != 0 || !raft.IsEmptyHardState(hs) {
+		return fmt.Errorf("%w: %s has a log but no identity", ErrForeignDataDir, dir)
+	}
+	if err := store.SetIdentity(want); err != nil {
+		return fmt.Errorf("quorumlock: recording identity in %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ID returns this replica's member ID.
+func (n *Node) ID() uint64 { return n.cfg.ID }
+
+// Addr returns the address the replica serves on.
+func (n *Node) Addr() net.Addr { return n.lis.Addr() }
+
+// Status returns this replica's current view (no network round trip).
+func (n *Node) Status() Status {
+	st := n.raft.Status()
+	return Status{ID: st.ID, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
+}
+
+// Holder returns who holds the lock name, with its token and waiters, as of
+// a linearizable read (DESIGN.md invariant 9): confirmed by the leader
+// through ReadIndex, then served once this replica has applied that index.
+// A replica cut off from the majority blocks until ctx ends and returns
+// ctx's error; it never answers from stale state. Errors: ErrInvalidName,
+// ErrClosed, ctx's error.
+func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
+	if err := checkName(name, n.cfg.MaxNameBytes); err != nil {
+		return LockInfo{}, err
+	}
+	if n.isClosed() {
+		return LockInfo{}, ErrClosed
+	}
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	resp, err := n.svc.Holder(ctx, &lockpb.HolderRequest{Name: name})
+	if err != nil {
+		return LockInfo{}, n.ctxErr(ctx, err)
+	}
+	return LockInfo{Name: name, Holder: resp.GetSession(), Token: Token(resp.GetToken()), Waiters: resp.GetWaiters()}, nil
+}
+
+// Close stops the replica: it stops serving, stops raft and closes the log.
+// Sessions opened through this Node are reported lost at once (their Done
+// and their locks' Lost channels close); their locks are freed by the
+// cluster when their TTL runs out. Idempotent; always returns nil after the
+// first call.
+func (n *Node) Close() error {
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.closed)
+		n.cancel(ErrClosed)
+		n.hb.loseAll(ErrClosed)
+		n.server.Stop()
+		<-n.serveDone
+		n.raft.Stop()
+		n.svc.Stop()
+		n.tr.Close()
+		n.router.close()
+		n.hb.wait()
+		err = n.store.Close()
+		if fatal := n.raft.Err(); fatal != nil {
+			err = errors.Join(err, fatal)
+		}
+		n.log.Info("replica stopped")
+	})
+	return err
+}
+
+func (n *Node) isClosed() bool {
+	select {
+	case <-n.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// bound derives a context that also ends when the Node closes.
+func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(n.baseCtx, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// ctxErr turns an error seen under a bound context into the caller's error.
+func (n *Node) ctxErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+		if errors.Is(cause, ErrClosed) {
+			return ErrClosed
+		}
+		return cause
+	}
+	if errors.Is(err, raftnode.ErrStopped) {
+		return ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,637 @@
+// Package raftnode drives go.etcd.io/raft's RawNode for one replica: it owns
+// the goroutine that ticks raft, steps incoming messages, batches proposals,
+// runs the Ready loop against durable storage and the transport, applies
+// committed entries to the state machine, and serves ReadIndex requests.
+//
+// The Ready loop follows the contract of go.etcd.io/raft (doc.go):
+//
+//  1. Save the HardState and Entries of the Ready in one synced write
+//     (one fsync per Ready, however many proposals it carries).
+//  2. Send the Ready's messages; none leaves before step 1 is durable, so a
+//     vote or an append acknowledgement is never lost (invariant 10).
+//  3. Apply the committed entries, in order, to the state machine.
+//  4. Resolve ReadIndex requests whose read state arrived.
+//  5. Advance.
+//
+// A failure to save stops the node for good: the error is reported through
+// Config.OnFatal and every later call returns ErrStopped. An fsync that
+// failed is never retried (the kernel may have dropped the dirty pages).
+package raftnode
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumlock/quorumlock/clock"
+)
+
+// LogStore is the durable log the node runs on (storage.LogStore satisfies
+// it).
+type LogStore interface {
+	raft.Storage
+	Save(st *raftpb.HardState, ents []*raftpb.Entry) error
+}
+
+// Transport sends raft messages to peers. Send must not block.
+type Transport interface {
+	Send(msgs []*raftpb.Message)
+}
+
+// StateMachine receives committed entries. Every method is called on the
+// node's goroutine and must not block on the node (no Propose, ReadIndex or
+// WaitApplied from inside a callback: that would deadlock).
+type StateMachine interface {
+	// Apply applies committed entries in log order. It sees every entry,
+	// including raft's empty no-op entries and conf changes (which the node
+	// has already applied to raft's configuration).
+	Apply(ents []*raftpb.Entry)
+	// LeaderReady is called once this node is leader of term and has applied
+	// every entry of earlier terms (it has just applied the first entry of
+	// its own term).
+	LeaderReady(term uint64)
+	// LeaderLost is called when this node stops being leader (or stops).
+	LeaderLost()
+}
+
+// Config configures a Node.
+type Config struct {
+	ID uint64
+	// Peers are the IDs of every voter, this node's included. They bootstrap
+	// a fresh log; a log that has entries keeps its own configuration.
+	Peers []uint64
+	// Storage is the durable log.
+	Storage LogStore
+	// Transport carries messages to peers.
+	Transport Transport
+	// StateMachine receives committed entries.
+	StateMachine StateMachine
+	// Applied is the index the state machine has already applied (0 for an
+	// empty state machine).
+	Applied uint64
+	// Clock drives raft's ticks. The default is clock.Real().
+	Clock clock.Clock
+	// TickInterval is the duration of one raft tick. The default is 100 ms.
+	TickInterval time.Duration
+	// ElectionTicks is raft's election timeout in ticks; HeartbeatTicks is
+	// its heartbeat interval. Defaults: 10 and 1.
+	ElectionTicks, HeartbeatTicks int
+	// MaxSizePerMsg bounds the bytes of entries in one append message. The
+	// default is 1 MiB.
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs bounds unacknowledged append messages per follower.
+	// The default is 256.
+	MaxInflightMsgs int
+	// Logger receives raft's and the node's logs. nil: no-op.
+	Logger *zap.Logger
+	// OnFatal is called once, from the node's goroutine, when the node stops
+	// because of a storage error.
+	OnFatal func(error)
+}
+
+// Errors returned by Node methods.
+var (
+	// ErrStopped: the node has stopped (Stop was called or storage failed).
+	ErrStopped = errors.New("raftnode: stopped")
+	// ErrNotLeader: Propose was called on a node that is not the leader.
+	ErrNotLeader = errors.New("raftnode: not the leader")
+	// ErrReadTimeout: a ReadIndex round got no answer within an election
+	// timeout (no leader, or the leader lost its quorum); it is retried
+	// internally until the caller's context ends.
+	ErrReadTimeout = errors.New("raftnode: read index timed out")
+)
+
+// Status is a snapshot of the node's raft state.
+type Status struct {
+	ID      uint64
+	Leader  uint64 // 0 when unknown
+	Term    uint64
+	Commit  uint64
+	Applied uint64
+	State   raft.StateType
+}
+
+// Node runs one raft replica. Its exported methods are safe for concurrent
+// use.
+type Node struct {
+	cfg     Config
+	rn      *raft.RawNode
+	log     *zap.Logger
+	clk     clock.Clock
+	propc   chan proposal
+	recvc   chan *raftpb.Message
+	readc   chan *readRequest
+	reportc chan report
+	stopc   chan struct{}
+	donec   chan struct{}
+	stop    sync.Once
+
+	status  atomic.Pointer[Status]
+	errMu   sync.Mutex
+	err     error
+	leaderC atomic.Pointer[chan struct{}] // closed and replaced on every leader change
+
+	appliedMu sync.Mutex
+	applied   uint64
+	appliedW  []appliedWaiter
+
+	// Owned by the run goroutine.
+	isLeader   bool
+	leaderTerm uint64
+	readyTerm  uint64
+	readSeq    uint64
+	pending    []*readRequest // arrived, not yet covered by an issued round
+	inflight   map[uint64]*readRound
+}
+
+type proposal struct {
+	data     []byte
+	errc     chan error
+	transfer uint64 // non-zero: a leadership transfer request, not a proposal
+}
+
+type readRequest struct {
+	done  chan struct{}
+	index uint64
+	err   error
+}
+
+type readRound struct {
+	reqs   []*readRequest
+	issued int // ticks since issue
+}
+
+type appliedWaiter struct {
+	index uint64
+	c     chan struct{}
+}
+
+type report struct {
+	unreachable uint64
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Clock == nil {
+		out.Clock = clock.Real()
+	}
+	if out.TickInterval <= 0 {
+		out.TickInterval = 100 * time.Millisecond
+	}
+	if out.ElectionTicks <= 0 {
+		out.ElectionTicks = 10
+	}
+	if out.HeartbeatTicks <= 0 {
+		out.HeartbeatTicks = 1
+	}
+	if out.MaxSizePerMsg == 0 {
+		out.MaxSizePerMsg = 1 << 20
+	}
+	if out.MaxInflightMsgs <= 0 {
+		out.MaxInflightMsgs = 256
+	}
+	if out.Logger == nil {
+		out.Logger = zap.NewNop()
+	}
+	return out
+}
+
+// New creates the node over cfg.Storage, bootstrapping an empty log with
+// cfg.Peers. It does not start the node's goroutine: call Start.
+func New(cfg Config) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if cfg.ID == 0 || cfg.Storage == nil || cfg.Transport == nil || cfg.StateMachine == nil {
+		return nil, errors.New("raftnode: ID, Storage, Transport and StateMachine are required")
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   cfg.Storage,
+		Applied:                   cfg.Applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		// Requests reach the leader through the client API; a proposal made
+		// by a replica that has just lost leadership must fail rather than be
+		// forwarded, so that a leader's timing decision (an expiry) is never
+		// logged in another leader's term.
+		DisableProposalForwarding: true,
+		Logger:                    &zapRaftLogger{cfg.Logger.Sugar()},
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	last, err := cfg.Storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: reading log: %w", err)
+	}
+	hs, _, err := cfg.Storage.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: reading log: %w", err)
+	}
+	if last == 0 && raft.IsEmptyHardState(hs) {
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, id := range cfg.Peers {
+			peers[i] = raft.Peer{ID: id}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
+		}
+	}
+	n := &Node{
+		cfg:      cfg,
+		rn:       rn,
+		log:      cfg.Logger,
+		clk:      cfg.Clock,
+		propc:    make(chan proposal, 4096),
+		recvc:    make(chan *raftpb.Message, 4096),
+		readc:    make(chan *readRequest, 1024),
+		reportc:  make(chan report, 256),
+		stopc:    make(chan struct{}),
+		donec:    make(chan struct{}),
+		applied:  cfg.Applied,
+		inflight: make(map[uint64]*readRound),
+	}
+	lc := make(chan struct{})
+	n.leaderC.Store(&lc)
+	n.publishStatus()
+	return n, nil
+}
+
+// Start runs the node's goroutine.
+func (n *Node) Start() { go n.run() }
+
+// Stop stops the node's goroutine and waits for it. Idempotent.
+func (n *Node) Stop() {
+	n.stop.Do(func() { close(n.stopc) })
+	<-n.donec
+}
+
+// Done is closed when the node's goroutine has exited.
+func (n *Node) Done() <-chan struct{} { return n.donec }
+
+// Err returns the fatal error that stopped the node, if any.
+func (n *Node) Err() error {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return n.err
+}
+
+// Status returns the latest published raft state.
+func (n *Node) Status() Status { return *n.status.Load() }
+
+// LeaderChanged returns a channel that is closed at the next change of the
+// known leader or term.
+func (n *Node) LeaderChanged() <-chan struct{} { return *n.leaderC.Load() }
+
+// Step hands a message received from a peer to raft. It never blocks: when
+// the node is overloaded the message is dropped (raft retransmits).
+func (n *Node) Step(m *raftpb.Message) {
+	select {
+	case n.recvc <- m:
+	default:
+	}
+}
+
+// ReportUnreachable tells raft that a message to id was not delivered. It
+// never blocks.
+func (n *Node) ReportUnreachable(id uint64) {
+	select {
+	case n.reportc <- report{unreachable: id}:
+	default:
+	}
+}
+
+// Propose submits data as a new log entry. It returns once raft has accepted
+// the proposal into this leader's log (not when it commits): ErrNotLeader if
+// this node is not the leader, ErrStopped, or ctx's error. Whether and when
+// the entry commits is observed through StateMachine.Apply.
+func (n *Node) Propose(ctx context.Context, data []byte) error {
+	p := proposal{data: data, errc: make(chan error, 1)}
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.donec:
+		return ErrStopped
+	}
+	select {
+	case err := <-p.errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.donec:
+		return ErrStopped
+	}
+}
+
+// ReadIndex returns an index such that once the state machine has applied
+// it, a read reflects every write acknowledged before ReadIndex was called
+// (raft thesis §6.4). The confirmation round it waits for is issued after the
+// call started, so a leader that answers has been leader at some moment after
+// the call began (DESIGN.md invariant 4). Concurrent calls share one round.
+// On a follower the round goes through the leader. It blocks until answered,
+// ctx ends (ctx's error), or the node stops (ErrStopped); rounds without an
+// answer for an election timeout are retried.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	r := &readRequest{done: make(chan struct{})}
+	select {
+	case n.readc <- r:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.donec:
+		return 0, ErrStopped
+	}
+	select {
+	case <-r.done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.donec:
+		return 0, ErrStopped
+	}
+}
+
+// WaitApplied blocks until the state machine has applied index, ctx ends, or
+// the node stops.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	n.appliedMu.Lock()
+	if n.applied >= index {
+		n.appliedMu.Unlock()
+		return nil
+	}
+	c := make(chan struct{})
+	n.appliedW = append(n.appliedW, appliedWaiter{index, c})
+	n.appliedMu.Unlock()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.donec:
+		return ErrStopped
+	}
+}
+
+// LinearizableRead combines ReadIndex and WaitApplied.
+func (n *Node) LinearizableRead(ctx context.Context) error {
+	idx, err := n.ReadIndex(ctx)
+	if err != nil {
+		return err
+	}
+	return n.WaitApplied(ctx, idx)
+}
+
+// TransferLeadership asks raft to hand leadership to id (used by tests and
+// operators). It never blocks.
+func (n *Node) TransferLeadership(id uint64) {
+	select {
+	case n.propc <- proposal{data: nil, errc: nil, transfer: id}:
+	default:
+	}
+}
+
+func (n *Node) run() {
+	defer close(n.donec)
+	ticker := n.clk.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	defer func() {
+		if n.isLeader {
+			n.isLeader = false
+			n.cfg.StateMachine.LeaderLost()
+		}
+		n.failReads(ErrStopped)
+	}()
+	for {
+		select {
+		case <-ticker.C():
+			n.rn.Tick()
+			n.tickReads()
+		case p := <-n.propc:
+			n.propose(p)
+			for more := true; more; {
+				select {
+				case p := <-n.propc:
+					n.propose(p)
+				default:
+					more = false
+				}
+			}
+		case m := <-n.recvc:
+			n.step(m)
+			for more := true; more; {
+				select {
+				case m := <-n.recvc:
+					n.step(m)
+				default:
+					more = false
+				}
+			}
+		case r := <-n.readc:
+			n.pending = append(n.pending, r)
+		case rep := <-n.reportc:
+			n.rn.ReportUnreachable(rep.unreachable)
+		case <-n.stopc:
+			return
+		}
+		n.issueReads()
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.errMu.Lock()
+				n.err = err
+				n.errMu.Unlock()
+				n.log.Error("raft node stopping on storage error", zap.Error(err))
+				if n.cfg.OnFatal != nil {
+					n.cfg.OnFatal(err)
+				}
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) propose(p proposal) {
+	if p.transfer != 0 {
+		n.rn.TransferLeader(p.transfer)
+		return
+	}
+	var err error
+	if n.rn.BasicStatus().RaftState != raft.StateLeader {
+		err = ErrNotLeader
+	} else if err = n.rn.Propose(p.data); errors.Is(err, raft.ErrProposalDropped) {
+		err = ErrNotLeader
+	}
+	p.errc <- err
+}
+
+func (n *Node) step(m *raftpb.Message) {
+	if raft.IsLocalMsg(m.GetType()) {
+		return
+	}
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		n.log.Debug("raft step", zap.Error(err))
+	}
+}
+
+func (n *Node) issueReads() {
+	if len(n.pending) == 0 {
+		return
+	}
+	n.readSeq++
+	n.inflight[n.readSeq] = &readRound{reqs: n.pending}
+	n.pending = nil
+	var ctx [8]byte
+	binary.BigEndian.PutUint64(ctx[:], n.readSeq)
+	n.rn.ReadIndex(ctx[:])
+}
+
+// tickReads retries rounds that went unanswered for an election timeout
+// (raft drops a read index request silently when there is no leader).
+func (n *Node) tickReads() {
+	for seq, r := range n.inflight {
+		r.issued++
+		if r.issued >= n.cfg.ElectionTicks {
+			delete(n.inflight, seq)
+			n.pending = append(n.pending, r.reqs...)
+		}
+	}
+}
+
+func (n *Node) failReads(err error) {
+	for seq, r := range n.inflight {
+		delete(n.inflight, seq)
+		for _, q := range r.reqs {
+			q.err = err
+			close(q.done)
+		}
+	}
+	for _, q := range n.pending {
+		q.err = err
+		close(q.done)
+	}
+	n.pending = nil
+}
+
+func (n *Node) handleReady() error {
+	rd := n.rn.Ready()
+	if err := n.cfg.Storage.Save(rd.HardState, rd.Entries); err != nil {
+		return fmt.Errorf("raftnode: saving %d entries: %w", len(rd.Entries), err)
+	}
+	if len(rd.Messages) > 0 {
+		n.cfg.Transport.Send(rd.Messages)
+	}
+	if rd.SoftState != nil || rd.HardState != nil {
+		n.leadershipChanged()
+	}
+	if len(rd.CommittedEntries) > 0 {
+		n.apply(rd.CommittedEntries)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		seq := binary.BigEndian.Uint64(rs.RequestCtx)
+		if r, ok := n.inflight[seq]; ok {
+			delete(n.inflight, seq)
+			for _, q := range r.reqs {
+				q.index = rs.Index
+				close(q.done)
+			}
+		}
+	}
+	n.rn.Advance(rd)
+	n.publishStatus()
+	return nil
+}
+
+// leadershipChanged reports the end of a leadership (also when several
+// state changes happened between two Readys and the node is leader again in
+// a newer term) and arms the LeaderReady check for a new one.
+func (n *Node) leadershipChanged() {
+	bs := n.rn.BasicStatus()
+	leader, term := bs.RaftState == raft.StateLeader, bs.GetTerm()
+	if n.isLeader && (!leader || term != n.leaderTerm) {
+		n.isLeader = false
+		n.cfg.StateMachine.LeaderLost()
+	}
+	if leader && !n.isLeader {
+		n.isLeader = true
+		n.leaderTerm = term
+		n.readyTerm = 0
+	}
+}
+
+func (n *Node) apply(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		if e.GetType() == raftpb.EntryConfChange {
+			var cc raftpb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &cc); err == nil {
+				n.rn.ApplyConfChange(&cc)
+			}
+		} else if e.GetType() == raftpb.EntryConfChangeV2 {
+			var cc raftpb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &cc); err == nil {
+				n.rn.ApplyConfChange(&cc)
+			}
+		}
+	}
+	n.cfg.StateMachine.Apply(ents)
+	last := ents[len(ents)-1].GetIndex()
+	if n.isLeader && n.readyTerm == 0 {
+		for _, e := range ents {
+			if e.GetTerm() == n.leaderTerm {
+				n.readyTerm = n.leaderTerm
+				n.cfg.StateMachine.LeaderReady(n.leaderTerm)
+				break
+			}
+		}
+	}
+	n.appliedMu.Lock()
+	n.applied = last
+	kept := n.appliedW[:0]
+	for _, w := range n.appliedW {
+		if w.index <= last {
+			close(w.c)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	n.appliedW = kept
+	n.appliedMu.Unlock()
+}
+
+func (n *Node) publishStatus() {
+	bs := n.rn.BasicStatus()
+	n.appliedMu.Lock()
+	applied := n.applied
+	n.appliedMu.Unlock()
+	st := &Status{
+		ID:      n.cfg.ID,
+		Leader:  bs.Lead,
+		Term:    bs.GetTerm(),
+		Commit:  bs.GetCommit(),
+		Applied: applied,
+		State:   bs.RaftState,
+	}
+	old := n.status.Load()
+	n.status.Store(st)
+	if old == nil || old.Leader != st.Leader || old.Term != st.Term {
+		next := make(chan struct{})
+		prev := n.leaderC.Swap(&next)
+		close(*prev)
+	}
+}

@@ -1,0 +1,217 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/raftnode"
+)
+
+// backend is how a session reaches the leader: a replica routes through its
+// own raft view (router); a remote client through its connections.
+type backend interface {
+	// propose sends req to the leader, following NOT_LEADER hints and
+	// re-sending the same request (same session and seq) after a lost
+	// leader, until an answer or ctx's end.
+	propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error)
+	// keepAlive sends one heartbeat batch to the leader (a single attempt).
+	keepAlive(ctx context.Context, ids []uint64) (alive, gone []uint64, err error)
+}
+
+// errNoLeader is returned by keepAlive when no leader could be reached.
+var errNoLeader = errors.New("quorumlock: no leader reachable")
+
+// router sends a replica's client requests to the leader: in process when
+// this replica leads, over gRPC to the leader's address otherwise.
+type router struct {
+	n *Node
+
+	mu    sync.Mutex
+	conns map[uint64]*grpc.ClientConn
+	ka    map[uint64]*kaStream
+}
+
+func newRouter(n *Node) *router {
+	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), ka: make(map[uint64]*kaStream)}
+}
+
+// retry backoff between attempts that found no leader.
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = 200 * time.Millisecond
+)
+
+func (r *router) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	backoff := minBackoff
+	var hint uint64
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		changed := r.n.raft.LeaderChanged()
+		target := hint
+		if target == 0 {
+			target = r.n.raft.Status().Leader
+		}
+		hint = 0
+		if target != 0 {
+			resp, err := r.attempt(ctx, target, changed, req)
+			switch {
+			case err == nil && resp.GetCode() == lockpb.Code_CODE_NOT_LEADER:
+				if h := resp.GetLeaderHint(); h != 0 && h != target {
+					hint = h
+					continue
+				}
+			case err == nil && resp.GetCode() == lockpb.Code_CODE_UNAVAILABLE:
+			case err == nil:
+				return resp, nil
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			}
+		}
+		select {
+		case <-time.After(backoff):
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// attempt sends req once to target. A remote attempt is abandoned when this
+// replica learns of a new leader or term, so a request stuck at a deposed
+// leader moves on.
+func (r *router) attempt(ctx context.Context, target uint64, changed <-chan struct{}, req *lockpb.Request) (*lockpb.Response, error) {
+	if target == r.n.cfg.ID {
+		resp, err := r.n.svc.Propose(ctx, req)
+		if errors.Is(err, raftnode.ErrStopped) {
+			return nil, ErrClosed
+		}
+		return resp, err
+	}
+	cc, err := r.conn(target)
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(chanCtx(changed), cancel)
+	defer stop()
+	resp, err := lockpb.NewLockClient(cc).Propose(actx, req)
+	if err != nil {
+		return nil, grpcErr(ctx, err)
+	}
+	return resp, nil
+}
+
+func (r *router) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uint64, err error) {
+	target := r.n.raft.Status().Leader
+	for range 2 {
+		if target == 0 {
+			return nil, nil, errNoLeader
+		}
+		var resp *lockpb.KeepAliveResponse
+		if target == r.n.cfg.ID {
+			a, g, code, hint := r.n.svc.Heartbeat(ctx, ids)
+			resp = &lockpb.KeepAliveResponse{Alive: a, Expired: g, Code: code, LeaderHint: hint}
+		} else {
+			s, err := r.stream(target)
+			if err != nil {
+				return nil, nil, err
+			}
+			if resp, err = s.send(ctx, ids); err != nil {
+				return nil, nil, err
+			}
+		}
+		if resp.GetCode() == lockpb.Code_CODE_OK {
+			return resp.GetAlive(), resp.GetExpired(), nil
+		}
+		target = resp.GetLeaderHint()
+	}
+	return nil, nil, errNoLeader
+}
+
+func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cc, ok := r.conns[id]; ok {
+		return cc, nil
+	}
+	addr, ok := r.n.cfg.Peers[id]
+	if !ok {
+		return nil, errNoLeader
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if d := r.n.cfg.Dialer; d != nil {
+		opts = append(opts, grpc.WithContextDialer(d))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	r.conns[id] = cc
+	return cc, nil
+}
+
+func (r *router) stream(id uint64) (*kaStream, error) {
+	cc, err := r.conn(id)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.ka[id]
+	if s == nil || s.broken() {
+		s = newKAStream(cc)
+		r.ka[id] = s
+	}
+	return s, nil
+}
+
+func (r *router) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.ka {
+		s.close()
+	}
+	for _, cc := range r.conns {
+		cc.Close()
+	}
+	clear(r.ka)
+	clear(r.conns)
+}
+
+// grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.
+func grpcErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s, ok := status.FromError(err); ok && (s.Code() == codes.Canceled || s.Code() == codes.DeadlineExceeded) && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// chanCtx is a context that is cancelled when c closes.
+type chanCtx <-chan struct{}
+
+func (c chanCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c chanCtx) Done() <-chan struct{}       { return c }
+func (c chanCtx) Value(any) any               { return nil }
+func (c chanCtx) Err() error {
+	select {
+	case <-c:
+		return context.Canceled
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,446 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+var (
+	errExpiredOnCluster = fmt.Errorf("%w: the cluster expired it", ErrSessionExpired)
+	errLeaseRanOut      = fmt.Errorf("%w: no heartbeat acknowledged within the TTL", ErrSessionExpired)
+	errSessionClosed    = fmt.Errorf("%w: closed", ErrSessionExpired)
+	errAbandoned        = fmt.Errorf("%w: abandoned after an acquire whose outcome could not be settled", ErrSessionExpired)
+)
+
+// leaseMargin is the safety margin the client subtracts from the TTL: it
+// absorbs clock rate differences between client and leader and a late timer.
+// It is TTL/10 (1 s of the default 10 s).
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// heartbeatRetry is how soon a failed heartbeat is retried.
+func heartbeatRetry(ttl time.Duration) time.Duration { return max(ttl/20, 10*time.Millisecond) }
+
+// Session is a client's liveness lease with the cluster: locks hang off it
+// and are released when it ends (closed, or expired because the leader heard
+// no heartbeat for its TTL). The Session heartbeats in the background every
+// TTL/3. Its methods are safe for concurrent use.
+//
+// The client believes the session alive until the send time of its last
+// acknowledged heartbeat plus TTL minus a safety margin (TTL/10), on its own
+// monotonic clock (DESIGN.md invariant 5). The leader expires it no earlier
+// than a full TTL after it received that heartbeat, so the client always
+// gives up first. Past that point Done and every Lost channel close and
+// calls return ErrSessionExpired; an expired session is never renewed.
+type Session struct {
+	be    backend
+	hb    *heartbeater
+	clk   clock.Clock
+	id    uint64
+	ttl   time.Duration
+	names int // MaxNameBytes
+
+	ctx    context.Context // cancelled with the end cause when the session ends
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	mu         sync.Mutex
+	seq        uint64
+	inflight   map[uint64]struct{}
+	deadline   time.Time
+	timer      clock.Timer
+	ended      bool
+	endErr     error
+	locks      map[string]*Lock
+	nextSend   time.Time
+	hbInflight bool
+}
+
+// NewSession opens a session through this replica (its requests go to the
+// leader: in process when this replica leads, over gRPC otherwise). It blocks
+// until the cluster has logged the session or ctx ends.
+//
+// Options: WithTTL (default Config.SessionTTL). Errors: ErrInvalidTTL,
+// ErrLimit (too many sessions), ErrClosed, ctx's error.
+func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: n.cfg.SessionTTL}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
+		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
+	}
+	if n.isClosed() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	s, err := openSession(ctx, n.router, n.hb, n.cfg.Clock, o.ttl, n.cfg.MaxNameBytes)
+	if err != nil {
+		return nil, n.ctxErr(ctx, err)
+	}
+	return s, nil
+}
+
+func openSession(ctx context.Context, be backend, hb *heartbeater, clk clock.Clock, ttl time.Duration, maxName int) (*Session, error) {
+	sent := clk.Now()
+	resp, err := be.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: ttl.Milliseconds()})
+	if err != nil {
+		return nil, err
+	}
+	switch resp.GetCode() {
+	case lockpb.Code_CODE_OK:
+	case lockpb.Code_CODE_LIMIT:
+		return nil, fmt.Errorf("%w: sessions", ErrLimit)
+	case lockpb.Code_CODE_INVALID:
+		return nil, fmt.Errorf("%w: %v", ErrInvalidTTL, ttl)
+	default:
+		return nil, fmt.Errorf("quorumlock: open session: %s", resp.GetCode())
+	}
+	s := &Session{
+		be:       be,
+		hb:       hb,
+		clk:      clk,
+		id:       resp.GetSession(),
+		ttl:      ttl,
+		names:    maxName,
+		done:     make(chan struct{}),
+		inflight: make(map[uint64]struct{}),
+		locks:    make(map[string]*Lock),
+		nextSend: sent.Add(ttl / 3),
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.mu.Lock()
+	s.deadline = sent.Add(ttl - leaseMargin(ttl))
+	s.armLocked()
+	s.mu.Unlock()
+	hb.add(s)
+	return s, nil
+}
+
+// ID returns the session's ID: the raft index of the entry that opened it,
+// unique in the cluster's lifetime.
+func (s *Session) ID() uint64 { return s.id }
+
+// TTL returns the session's TTL.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the session is over: closed, expired, its lease ran
+// out on the client, or its Node closed.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns why the session ended (wrapping ErrSessionExpired or
+// ErrClosed), or nil while it is alive.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr
+}
+
+// Deadline returns the end of the client's current belief that the session
+// is alive: send time of the last acknowledged heartbeat + TTL - margin.
+func (s *Session) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// armLocked schedules the lease check at the deadline.
+func (s *Session) armLocked() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.timer = s.clk.AfterFunc(s.deadline.Sub(s.clk.Now()), s.checkLease)
+}
+
+func (s *Session) checkLease() {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	if now := s.clk.Now(); now.Before(s.deadline) {
+		s.timer = s.clk.AfterFunc(s.deadline.Sub(now), s.checkLease)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.end(errLeaseRanOut, true)
+}
+
+// renewed records an acknowledged heartbeat sent at sent.
+func (s *Session) renewed(sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hbInflight = false
+	if s.ended {
+		return
+	}
+	if d := sent.Add(s.ttl - leaseMargin(s.ttl)); d.After(s.deadline) {
+		// The lease timer re-arms itself lazily when it fires early.
+		s.deadline = d
+	}
+	s.nextSend = sent.Add(s.ttl / 3)
+}
+
+func (s *Session) heartbeatFailed(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hbInflight = false
+	s.nextSend = now.Add(heartbeatRetry(s.ttl))
+}
+
+// end finishes the session locally with cause. With closeRemote, a
+// best-effort close is sent so the cluster frees the locks before the TTL
+// runs out there too.
+func (s *Session) end(cause error, closeRemote bool) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended, s.endErr = true, cause
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	locks := make([]*Lock, 0, len(s.locks))
+	for _, l := range s.locks {
+		locks = append(locks, l)
+	}
+	clear(s.locks)
+	s.mu.Unlock()
+
+	close(s.done)
+	s.cancel(cause)
+	for _, l := range locks {
+		l.markLost()
+	}
+	s.hb.remove(s)
+	if closeRemote {
+		s.hb.background(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+			defer cancel()
+			stop := context.AfterFunc(chanCtx(s.hb.closed), cancel)
+			defer stop()
+			seq, done := s.nextSeq()
+			s.be.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id, Seq: seq, Done: done})
+		})
+	}
+}
+
+// nextSeq allocates a request number and the done mark to send with it.
+// The number stays in flight until finish.
+func (s *Session) nextSeq() (seq, done uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	s.inflight[s.seq] = struct{}{}
+	done = s.seq
+	for q := range s.inflight {
+		done = min(done, q)
+	}
+	return s.seq, done
+}
+
+func (s *Session) finish(seq uint64) {
+	s.mu.Lock()
+	delete(s.inflight, seq)
+	s.mu.Unlock()
+}
+
+// alive returns the end cause if the session is over.
+func (s *Session) alive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr
+}
+
+// call sends req to the leader, re-sending the same (session, seq) across
+// leader changes, until an answer, ctx's end, or the session's end.
+func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
+	defer stop()
+	resp, err := s.be.propose(cctx, req)
+	if err != nil {
+		if cause := s.alive(); cause != nil {
+			return nil, cause
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if resp.GetCode() == lockpb.Code_CODE_NO_SESSION {
+		s.end(errExpiredOnCluster, false)
+		return nil, errExpiredOnCluster
+	}
+	return resp, nil
+}
+
+// Acquire takes the lock name for this session, waiting in FIFO order behind
+// the holder and earlier waiters until it is granted or ctx ends. Acquiring
+// a lock the session already holds returns the same grant.
+//
+// When ctx ends while waiting, the outcome is settled before Acquire
+// returns: the request is withdrawn from the queue (Acquire returns ctx's
+// error and the session is not queued) or, if the grant won the race, the
+// Lock is returned with a nil error. If the withdrawal cannot be confirmed
+// within an election timeout or two (no quorum), the session is abandoned:
+// it ends locally, stops heartbeating, and its grants and waits die with it
+// on the cluster; Acquire then returns an error wrapping ErrSessionExpired.
+// The caller never has to guess.
+//
+// Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ctx's
+// error.
+func (s *Session) Acquire(ctx context.Context, name string) (*Lock, error) {
+	return s.acquire(ctx, name, false)
+}
+
+// TryAcquire takes the lock name if it is free (or already held by this
+// session) and returns ErrLocked otherwise; it never queues. Other errors
+// as for Acquire.
+func (s *Session) TryAcquire(ctx context.Context, name string) (*Lock, error) {
+	return s.acquire(ctx, name, true)
+}
+
+func (s *Session) acquire(ctx context.Context, name string, try bool) (*Lock, error) {
+	if err := checkName(name, s.names); err != nil {
+		return nil, err
+	}
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	seq, done := s.nextSeq()
+	defer s.finish(seq)
+	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try})
+	if err != nil {
+		if ctx.Err() != nil && s.alive() == nil {
+			return s.settle(ctx, name, seq)
+		}
+		return nil, err
+	}
+	switch resp.GetCode() {
+	case lockpb.Code_CODE_OK:
+		return s.granted(name, Token(resp.GetToken()))
+	case lockpb.Code_CODE_LOCKED:
+		return nil, fmt.Errorf("%w: %q", ErrLocked, name)
+	case lockpb.Code_CODE_LIMIT:
+		return nil, fmt.Errorf("%w: acquiring %q", ErrLimit, name)
+	case lockpb.Code_CODE_INVALID:
+		return nil, fmt.Errorf("%w: %q: %s", ErrInvalidName, name, resp.GetMessage())
+	default:
+		return nil, fmt.Errorf("%w: acquire %q answered %s", ErrNotHeld, name, resp.GetCode())
+	}
+}
+
+// settleTimeout bounds the withdrawal of an abandoned acquire.
+func (s *Session) settleTimeout() time.Duration { return s.ttl / 2 }
+
+// settle withdraws the acquire seq after its caller's ctx ended, and reports
+// the definite outcome.
+func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.settleTimeout())
+	defer cancel()
+	seq, done := s.nextSeq()
+	defer s.finish(seq)
+	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Seq: seq, Done: done, Name: name, Target: target})
+	if err != nil {
+		if cause := s.alive(); cause != nil {
+			return nil, errors.Join(ctx.Err(), cause)
+		}
+		s.end(errAbandoned, false)
+		return nil, errors.Join(ctx.Err(), errAbandoned)
+	}
+	if resp.GetCode() == lockpb.Code_CODE_OK {
+		return s.granted(name, Token(resp.GetToken()))
+	}
+	return nil, ctx.Err()
+}
+
+func (s *Session) granted(name string, t Token) (*Lock, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return nil, s.endErr
+	}
+	if l, ok := s.locks[name]; ok && l.token == t {
+		return l, nil
+	}
+	l := &Lock{s: s, name: name, token: t, lost: make(chan struct{})}
+	s.locks[name] = l
+	return l, nil
+}
+
+func (s *Session) dropLock(l *Lock) {
+	s.mu.Lock()
+	if s.locks[l.name] == l {
+		delete(s.locks, l.name)
+	}
+	s.mu.Unlock()
+}
+
+// Locks returns the locks this session holds, sorted by name.
+func (s *Session) Locks() []*Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Lock, 0, len(s.locks))
+	for _, l := range s.locks {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b *Lock) int {
+		if a.name < b.name {
+			return -1
+		}
+		if a.name > b.name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Close releases every lock of the session and ends it on the cluster; the
+// next waiters are granted. Done and every Lost channel close whatever the
+// outcome. Closing an ended session returns nil if it was closed, the end
+// cause otherwise. If ctx ends first the error wraps ErrUnknownOutcome: the
+// session stops heartbeating, so its locks are freed at the latest when its
+// TTL runs out on the leader.
+func (s *Session) Close(ctx context.Context) error {
+	if err := s.alive(); err != nil {
+		if errors.Is(err, errSessionClosed) {
+			return nil
+		}
+		return err
+	}
+	seq, done := s.nextSeq()
+	defer s.finish(seq)
+	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id, Seq: seq, Done: done})
+	s.end(errSessionClosed, false)
+	switch {
+	case err != nil && errors.Is(err, ErrSessionExpired):
+		return err
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("%w: closing session %d: %w", ErrUnknownOutcome, s.id, err)
+	case err != nil:
+		return err
+	case resp.GetCode() != lockpb.Code_CODE_OK:
+		return fmt.Errorf("quorumlock: closing session %d: %s", s.id, resp.GetCode())
+	}
+	return nil
+}
+
+func checkName(name string, max int) error {
+	if !fsm.ValidName(name, max) {
+		return fmt.Errorf("%w: %q (want 1..%d bytes of UTF-8 without NUL)", ErrInvalidName, name, max)
+	}
+	return nil
+}
