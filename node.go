@@ -129,8 +129,11 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Peers:       cfg.Peers,
 		Handler:     func(m *raftpb.Message) { n.raft.Step(m) },
 		Unreachable: func(id uint64) { n.raft.ReportUnreachable(id) },
-		Dialer:      cfg.Dialer,
-		Logger:      n.log,
+		SnapshotStatus: func(id uint64, st raft.SnapshotStatus) {
+			n.raft.ReportSnapshot(id, st)
+		},
+		Dialer: cfg.Dialer,
+		Logger: n.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("quorumlock: transport: %w", err)

@@ -177,6 +177,8 @@ type appliedWaiter struct {
 
 type report struct {
 	unreachable uint64
+	snapshot    uint64 // non-zero: the peer a snapshot was sent to
+	status      raft.SnapshotStatus
 }
 
 func (c *Config) withDefaults() Config {
@@ -316,6 +318,15 @@ func (n *Node) ReportUnreachable(id uint64) {
 	}
 }
 
+// ReportSnapshot tells raft whether a snapshot sent to id arrived. It never
+// blocks.
+func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	select {
+	case n.reportc <- report{snapshot: id, status: status}:
+	default:
+	}
+}
+
 // Propose submits data as a new log entry. It returns once raft has accepted
 // the proposal into this leader's log (not when it commits): ErrNotLeader if
 // this node is not the leader, ErrStopped, or ctx's error. Whether and when
@@ -444,7 +455,11 @@ func (n *Node) run() {
 		case r := <-n.readc:
 			n.pending = append(n.pending, r)
 		case rep := <-n.reportc:
-			n.rn.ReportUnreachable(rep.unreachable)
+			if rep.snapshot != 0 {
+				n.rn.ReportSnapshot(rep.snapshot, rep.status)
+			} else {
+				n.rn.ReportUnreachable(rep.unreachable)
+			}
 		case <-n.stopc:
 			return
 		}

@@ -1,0 +1,209 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// peerService is the server side of the Peer service, registered by
+// Transport.Register.
+type peerService struct {
+	lockpb.UnimplementedPeerServer
+	t *Transport
+}
+
+// Stream serves one inbound peer stream on the gRPC handler goroutine.
+func (s *peerService) Stream(stream lockpb.Peer_StreamServer) error {
+	return s.t.serve(stream)
+}
+
+// inbound is one accepted inbound stream of a peer.
+type inbound struct {
+	superseded chan struct{} // closed when a newer stream of the same peer is accepted
+	done       chan struct{} // closed when this stream will deliver nothing more
+}
+
+var errClosed = status.Error(codes.Unavailable, "quorumlock: transport closed")
+
+// serve runs one inbound stream: the handshake (step 2 and 3 in doc.go), then
+// delivery to Handler in order, until the stream ends, fails, is superseded
+// or t is closed. A reader goroutine receives the frames so that this
+// goroutine can also watch for Close; gRPC ends the reader's Recv once serve
+// returns.
+func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
+	if !t.track() {
+		return errClosed
+	}
+	defer t.wg.Done()
+
+	frames := make(chan *lockpb.PeerFrame)
+	recvErr := make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	t.wg.Add(1) // serve holds a count, so this cannot race with Close's Wait
+	go func() {
+		defer t.wg.Done()
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case frames <- f:
+			case <-stop:
+				return
+			}
+		}
+	}()
+
+	log := t.log
+	if p, ok := grpcpeer.FromContext(stream.Context()); ok {
+		log = log.With(zap.Stringer("remote", p.Addr))
+	}
+
+	timer := time.NewTimer(handshakeTimeout)
+	defer timer.Stop()
+	var first *lockpb.PeerFrame
+	select {
+	case first = <-frames:
+	case err := <-recvErr:
+		return err
+	case <-timer.C:
+		t.stats.inboundRejected.Add(1)
+		log.Warn("rejected peer stream: no hello", zap.Duration("timeout", handshakeTimeout))
+		return status.Errorf(codes.DeadlineExceeded, "quorumlock: no hello within %v", handshakeTimeout)
+	case <-t.ctx.Done():
+		return errClosed
+	}
+	h := first.GetHello()
+	if err := t.checkHello(h); err != nil {
+		t.stats.inboundRejected.Add(1)
+		log.Warn("rejected peer stream", zap.Uint64("cluster", h.GetClusterId()),
+			zap.Uint64("from", h.GetFrom()), zap.Uint64("to", h.GetTo()), zap.Error(err))
+		return err
+	}
+	from := h.GetFrom()
+	log = log.With(zap.Uint64("peer", from))
+	if n := len(first.GetMessages()); n > 0 {
+		log.Debug("ignoring messages sent with the hello", zap.Int("messages", n))
+	}
+
+	in, err := t.accept(from)
+	defer t.release(from, in)
+	if err != nil {
+		return err
+	}
+	answer := &lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: t.cfg.ClusterID, From: t.cfg.ID, To: from}}
+	if err := stream.Send(answer); err != nil {
+		return err
+	}
+	log.Debug("accepted peer stream")
+
+	for {
+		select {
+		case f := <-frames:
+			if f.GetHello() != nil {
+				log.Warn("closing peer stream: hello after the handshake")
+				return status.Error(codes.InvalidArgument, "quorumlock: hello after the handshake")
+			}
+			for _, b := range f.GetMessages() {
+				m, err := decode(b, from, t.cfg.ID)
+				if err != nil {
+					log.Warn("closing peer stream: bad message", zap.Error(err))
+					return status.Error(codes.InvalidArgument, err.Error())
+				}
+				t.cfg.Handler(m)
+				t.stats.messagesReceived.Add(1)
+			}
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-in.superseded:
+			log.Debug("peer stream superseded by a newer one")
+			return status.Error(codes.Aborted, "quorumlock: superseded by a newer stream from the same member")
+		case <-t.ctx.Done():
+			return errClosed
+		}
+	}
+}
+
+// checkHello returns the status error that rejects h, or nil if h opens a
+// stream from another member of this cluster to this replica.
+func (t *Transport) checkHello(h *lockpb.Hello) error {
+	switch {
+	case h == nil:
+		return status.Error(codes.InvalidArgument, "quorumlock: first frame has no hello")
+	case h.GetClusterId() != t.cfg.ClusterID:
+		return status.Errorf(codes.FailedPrecondition, "quorumlock: cluster ID %d, this replica is in cluster %d",
+			h.GetClusterId(), t.cfg.ClusterID)
+	case h.GetTo() != t.cfg.ID:
+		return status.Errorf(codes.FailedPrecondition, "quorumlock: stream for member %d reached member %d",
+			h.GetTo(), t.cfg.ID)
+	case h.GetFrom() == t.cfg.ID:
+		return status.Errorf(codes.PermissionDenied, "quorumlock: stream claims to come from this replica (%d)", t.cfg.ID)
+	}
+	if _, ok := t.cfg.Peers[h.GetFrom()]; !ok {
+		return status.Errorf(codes.PermissionDenied, "quorumlock: member %d is not in the cluster", h.GetFrom())
+	}
+	return nil
+}
+
+// accept makes in the current stream of member from, closes the previous
+// one, and waits until the previous one delivers nothing more, so that the
+// member's messages reach Handler in order. The caller must call release
+// even when accept returns an error (t closed meanwhile).
+func (t *Transport) accept(from uint64) (*inbound, error) {
+	in := &inbound{superseded: make(chan struct{}), done: make(chan struct{})}
+	t.mu.Lock()
+	old := t.inbound[from]
+	t.inbound[from] = in
+	t.mu.Unlock()
+	if old == nil {
+		return in, nil
+	}
+	close(old.superseded)
+	select {
+	case <-old.done:
+		return in, nil
+	case <-t.ctx.Done():
+		return in, errClosed
+	}
+}
+
+// release ends in as the stream of member from.
+func (t *Transport) release(from uint64, in *inbound) {
+	t.mu.Lock()
+	if t.inbound[from] == in {
+		delete(t.inbound, from)
+	}
+	t.mu.Unlock()
+	close(in.done)
+}
+
+// decode unmarshals one message of the stream from member from to member to
+// and checks that the message says the same.
+func decode(b []byte, from, to uint64) (*raftpb.Message, error) {
+	m := &raftpb.Message{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("quorumlock: unmarshal raft message: %w", err)
+	}
+	if m.GetFrom() != from || m.GetTo() != to {
+		return nil, fmt.Errorf("quorumlock: message from %d to %d on the stream from %d to %d",
+			m.GetFrom(), m.GetTo(), from, to)
+	}
+	return m, nil
+}
