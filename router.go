@@ -24,6 +24,9 @@ type backend interface {
 	propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error)
 	// keepAlive sends one heartbeat batch to the leader (a single attempt).
 	keepAlive(ctx context.Context, ids []uint64) (alive, gone []uint64, err error)
+	// settleGrace is how long settling an interrupted acquire may take
+	// before the session is abandoned: an election timeout.
+	settleGrace() time.Duration
 }
 
 // errNoLeader is returned by keepAlive when no leader could be reached.
@@ -112,6 +115,8 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 	}
 	return resp, nil
 }
+
+func (r *router) settleGrace() time.Duration { return r.n.cfg.electionTimeout() }
 
 func (r *router) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uint64, err error) {
 	target := r.n.raft.Status().Leader

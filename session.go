@@ -291,13 +291,16 @@ func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Respon
 // a lock the session already holds returns the same grant.
 //
 // When ctx ends while waiting, the outcome is settled before Acquire
-// returns: the request is withdrawn from the queue (Acquire returns ctx's
-// error and the session is not queued) or, if the grant won the race, the
-// Lock is returned with a nil error. If the withdrawal cannot be confirmed
-// within an election timeout or two (no quorum), the session is abandoned:
-// it ends locally, stops heartbeating, and its grants and waits die with it
-// on the cluster; Acquire then returns an error wrapping ErrSessionExpired.
-// The caller never has to guess.
+// returns, so the caller never has to guess: the request is withdrawn from
+// the queue (Acquire returns ctx's error and the session is not queued) or,
+// if the grant won the race, the Lock is returned with a nil error. To fit
+// the settling into ctx, Acquire stops waiting min(election timeout, half
+// the remaining time) before ctx's deadline; after a cancellation without a
+// deadline it takes up to an election timeout more. If the withdrawal cannot
+// be confirmed in that time (no quorum), the session is abandoned: it ends
+// locally, stops heartbeating, and its grants and waits die with it on the
+// cluster; Acquire then returns an error wrapping both ctx's error and
+// ErrSessionExpired.
 //
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ctx's
 // error.
@@ -321,9 +324,13 @@ func (s *Session) acquire(ctx context.Context, name string, try bool) (*Lock, er
 	}
 	seq, done := s.nextSeq()
 	defer s.finish(seq)
-	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try})
+	// Stop waiting a little before the caller's deadline, so that settling
+	// the outcome fits within it.
+	wctx, cancel := s.waitContext(ctx)
+	defer cancel()
+	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try})
 	if err != nil {
-		if ctx.Err() != nil && s.alive() == nil {
+		if wctx.Err() != nil && s.alive() == nil {
 			return s.settle(ctx, name, seq)
 		}
 		return nil, err
@@ -342,28 +349,53 @@ func (s *Session) acquire(ctx context.Context, name string, try bool) (*Lock, er
 	}
 }
 
-// settleTimeout bounds the withdrawal of an abandoned acquire.
-func (s *Session) settleTimeout() time.Duration { return s.ttl / 2 }
+// minSettle is the least time given to settling an acquire, even when the
+// caller's deadline leaves less.
+const minSettle = 20 * time.Millisecond
 
-// settle withdraws the acquire seq after its caller's ctx ended, and reports
-// the definite outcome.
+// waitContext derives the context an acquire waits under: it ends when ctx
+// ends or, when ctx has a deadline, min(grace, half the remaining time)
+// before it, keeping that time for settle. grace is the backend's
+// settleGrace (an election timeout).
+func (s *Session) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	keep := min(s.be.settleGrace(), time.Until(d)/2)
+	return context.WithDeadline(ctx, d.Add(-keep))
+}
+
+// settle withdraws the acquire seq after its caller stopped waiting, and
+// reports the definite outcome: the grant, if it won the race, or ctx's
+// error with the request out of the queue. It has until ctx's deadline (at
+// least minSettle), or settleGrace after a cancellation. If the withdrawal
+// cannot be confirmed in that time, the session is abandoned.
 func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock, error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.settleTimeout())
+	budget := s.be.settleGrace()
+	if d, ok := ctx.Deadline(); ok {
+		budget = max(time.Until(d), minSettle)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
 	seq, done := s.nextSeq()
 	defer s.finish(seq)
-	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Seq: seq, Done: done, Name: name, Target: target})
+	resp, err := s.call(sctx, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Seq: seq, Done: done, Name: name, Target: target})
 	if err != nil {
-		if cause := s.alive(); cause != nil {
-			return nil, errors.Join(ctx.Err(), cause)
+		if end := s.alive(); end != nil {
+			return nil, errors.Join(cause, end)
 		}
 		s.end(errAbandoned, false)
-		return nil, errors.Join(ctx.Err(), errAbandoned)
+		return nil, errors.Join(cause, errAbandoned)
 	}
 	if resp.GetCode() == lockpb.Code_CODE_OK {
 		return s.granted(name, Token(resp.GetToken()))
 	}
-	return nil, ctx.Err()
+	return nil, cause
 }
 
 func (s *Session) granted(name string, t Token) (*Lock, error) {

@@ -1,0 +1,161 @@
+package quorumlock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
+)
+
+func TestStartRejectsBadConfig(t *testing.T) {
+	base := func(dir string) quorumlock.Config {
+		return quorumlock.Config{
+			ID:      1,
+			Peers:   map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"},
+			DataDir: dir,
+		}
+	}
+	cases := []struct {
+		name, field string
+		mutate      func(*quorumlock.Config)
+	}{
+		{"zero ID", "ID", func(c *quorumlock.Config) { c.ID = 0 }},
+		{"ID not a peer", "ID", func(c *quorumlock.Config) { c.ID = 9 }},
+		{"no peers", "Peers", func(c *quorumlock.Config) { c.Peers = nil }},
+		{"duplicate address", "Peers", func(c *quorumlock.Config) { c.Peers[3] = "127.0.0.1:2" }},
+		{"bad address", "Peers", func(c *quorumlock.Config) { c.Peers[2] = "nowhere" }},
+		{"no data dir", "DataDir", func(c *quorumlock.Config) { c.DataDir = "" }},
+		{"TTL too short", "SessionTTL", func(c *quorumlock.Config) { c.SessionTTL = 500 * time.Millisecond }},
+		{"TTL too long", "SessionTTL", func(c *quorumlock.Config) { c.SessionTTL = 11 * time.Minute }},
+		{"negative TTL", "SessionTTL", func(c *quorumlock.Config) { c.SessionTTL = -time.Second }},
+		{"election ticks", "ElectionTicks", func(c *quorumlock.Config) { c.ElectionTicks = 1 }},
+		{"election vs TTL", "ElectionTicks", func(c *quorumlock.Config) { c.ElectionTicks = 100; c.SessionTTL = 2 * time.Second }},
+		{"negative limit", "MaxWaitersPerLock", func(c *quorumlock.Config) { c.MaxWaitersPerLock = -1 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			cfg := base(dir)
+			tc.mutate(&cfg)
+			if cfg.DataDir == "" {
+				dir = ""
+			}
+			n, err := quorumlock.Start(context.Background(), cfg)
+			if err == nil {
+				n.Close()
+				t.Fatal("Start accepted the config")
+			}
+			if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q: want ErrInvalidConfig naming %s", err, tc.field)
+			}
+			if dir != "" {
+				if _, err := os.Stat(dir); !os.IsNotExist(err) {
+					t.Fatalf("a rejected config created its data directory (%v)", err)
+				}
+			}
+		})
+	}
+}
+
+func TestStartRefusesForeignDataDir(t *testing.T) {
+	dir := t.TempDir()
+	start := func(id uint64, cluster string) (*quorumlock.Node, error) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}
+		peers[id] = lis.Addr().String()
+		return quorumlock.Start(context.Background(), quorumlock.Config{
+			ID: id, Peers: peers, DataDir: dir, Listener: lis, ClusterName: cluster,
+		})
+	}
+	n, err := start(1, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	for _, tc := range []struct {
+		id      uint64
+		cluster string
+	}{{2, "alpha"}, {1, "beta"}} {
+		if n, err := start(tc.id, tc.cluster); !errors.Is(err, quorumlock.ErrForeignDataDir) {
+			if n != nil {
+				n.Close()
+			}
+			t.Fatalf("member %d of %q on member 1 of alpha's directory: %v, want ErrForeignDataDir", tc.id, tc.cluster, err)
+		}
+	}
+	n, err = start(1, "alpha")
+	if err != nil {
+		t.Fatalf("the rightful owner cannot restart: %v", err)
+	}
+	n.Close()
+}
+
+// Bad names and TTLs are rejected with sentinels before anything reaches
+// the log, and change nothing.
+func TestBadInputChangesNothing(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	n := c.Node(follower(c, lead))
+	s := newSession(t, n)
+	l := mustAcquire(t, s, "good")
+	ctx := testCtx(t, 10*time.Second)
+	before := c.Node(lead).Status().Commit
+	bad := []string{"", strings.Repeat("x", 257), "bad\xffutf8", "nul\x00byte"}
+	for _, name := range bad {
+		if _, err := s.Acquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
+			t.Errorf("Acquire(%q): %v", name, err)
+		}
+		if _, err := s.TryAcquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
+			t.Errorf("TryAcquire(%q): %v", name, err)
+		}
+		if _, err := n.Holder(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
+			t.Errorf("Holder(%q): %v", name, err)
+		}
+	}
+	if _, err := s.Acquire(ctx, strings.Repeat("y", 256)); err != nil {
+		t.Errorf("a 256-byte name is valid: %v", err)
+	}
+	before++ // that acquire
+	for _, ttl := range []time.Duration{0, 999 * time.Millisecond, 10*time.Minute + time.Second} {
+		if _, err := n.NewSession(ctx, quorumlock.WithTTL(ttl)); !errors.Is(err, quorumlock.ErrInvalidTTL) {
+			t.Errorf("WithTTL(%v): %v", ttl, err)
+		}
+	}
+	if after := c.Node(lead).Status().Commit; after != before {
+		t.Errorf("bad input reached the log: commit %d -> %d", before, after)
+	}
+	if info := holder(t, n, "good"); info.Holder != s.ID() || info.Token != l.Token() {
+		t.Errorf("lock changed: %+v", info)
+	}
+	if closed(s.Done()) {
+		t.Error("session ended by bad input")
+	}
+}
+
+func TestFence(t *testing.T) {
+	f := quorumlock.NewFence()
+	steps := []struct {
+		res   string
+		tok   quorumlock.Token
+		stale bool
+	}{{"a", 5, false}, {"a", 5, false}, {"a", 4, true}, {"b", 1, false}, {"a", 9, false}, {"a", 8, true}}
+	for _, s := range steps {
+		err := f.Admit(s.res, s.tok)
+		if s.stale != errors.Is(err, quorumlock.ErrStaleToken) {
+			t.Fatalf("Admit(%q, %d) = %v", s.res, s.tok, err)
+		}
+	}
+	if f.Highest("a") != 9 || f.Highest("b") != 1 || f.Highest("c") != 0 {
+		t.Fatal("Highest wrong")
+	}
+}
