@@ -96,7 +96,7 @@ func (h *heartbeater) run() {
 		}
 		var timer clock.Timer
 		if !next.IsZero() {
-			timer = h.clk.AfterFunc(next.Sub(now), h.poke)
+			timer = h.clk.AfterFunc(next.Sub(h.clk.Now()), h.poke)
 		}
 		select {
 		case <-h.wake:

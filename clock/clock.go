@@ -97,6 +97,15 @@ func (m *Manual) AfterFunc(d time.Duration, f func()) Timer {
 	return manualTimer{m, w}
 }
 
+// Pending returns the number of armed timers and tickers, so a test can
+// wait until the code under test has scheduled its next wake-up before it
+// advances the clock.
+func (m *Manual) Pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.waiters)
+}
+
 // Advance moves the clock forward by d, firing what falls due.
 func (m *Manual) Advance(d time.Duration) {
 	m.mu.Lock()

@@ -1,0 +1,256 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/raftnode"
+)
+
+// fakeRaft is a single-replica log: a proposal is appended and, unless
+// held, applied at once.
+type fakeRaft struct {
+	mu      sync.Mutex
+	svc     *Service
+	index   uint64
+	term    uint64
+	hold    bool // keep proposals pending
+	pending []*raftpb.Entry
+	readErr error
+	reads   int
+	leader  uint64
+}
+
+func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
+	f.mu.Lock()
+	f.index++
+	e := &raftpb.Entry{Index: new(f.index), Term: new(f.term), Type: raftpb.EntryNormal.Enum(), Data: data}
+	hold := f.hold
+	if hold {
+		f.pending = append(f.pending, e)
+	}
+	f.mu.Unlock()
+	if !hold {
+		f.svc.Apply([]*raftpb.Entry{e})
+	}
+	return nil
+}
+
+// commitPending applies the held entries.
+func (f *fakeRaft) commitPending() {
+	f.mu.Lock()
+	ents := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	f.svc.Apply(ents)
+}
+
+func (f *fakeRaft) ReadIndex(ctx context.Context) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	return f.index, f.readErr
+}
+
+func (f *fakeRaft) WaitApplied(ctx context.Context, index uint64) error { return nil }
+
+func (f *fakeRaft) Status() raftnode.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return raftnode.Status{ID: 1, Leader: f.leader, Term: f.term, Commit: f.index, Applied: f.index}
+}
+
+type harness struct {
+	t   *testing.T
+	svc *Service
+	raf *fakeRaft
+	clk *clock.Manual
+}
+
+func newHarness(t *testing.T) *harness {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	svc := New(Config{Clock: clk, Limits: fsm.Limits{MinTTL: int64(time.Second), MaxTTL: int64(time.Hour)}})
+	f := &fakeRaft{svc: svc, term: 2, leader: 1}
+	svc.Bind(f)
+	h := &harness{t: t, svc: svc, raf: f, clk: clk}
+	h.becomeLeader()
+	return h
+}
+
+// becomeLeader applies the new term's first (empty) entry and signals
+// LeaderReady, as raftnode does.
+func (h *harness) becomeLeader() {
+	h.raf.mu.Lock()
+	h.raf.term++
+	h.raf.index++
+	e := &raftpb.Entry{Index: new(h.raf.index), Term: new(h.raf.term), Type: raftpb.EntryNormal.Enum()}
+	term := h.raf.term
+	h.raf.mu.Unlock()
+	h.svc.Apply([]*raftpb.Entry{e})
+	h.svc.LeaderReady(term)
+}
+
+func (h *harness) propose(req *lockpb.Request) *lockpb.Response {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.svc.Propose(ctx, req)
+	if err != nil {
+		h.t.Fatalf("Propose(%v): %v", req, err)
+	}
+	return resp
+}
+
+func (h *harness) open(ttl time.Duration) uint64 {
+	h.t.Helper()
+	r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: ttl.Milliseconds()})
+	if r.GetCode() != lockpb.Code_CODE_OK {
+		h.t.Fatalf("open: %v", r)
+	}
+	return r.GetSession()
+}
+
+func (h *harness) heartbeat(id uint64) (alive, gone bool, code lockpb.Code) {
+	a, g, code, _ := h.svc.Heartbeat(context.Background(), []uint64{id})
+	return len(a) == 1, len(g) == 1, code
+}
+
+func (h *harness) live(id uint64) bool {
+	_, ok := h.svc.SessionTTL(id)
+	return ok
+}
+
+// Invariant 4: without a leadership confirmation after its arrival, a
+// heartbeat is not acknowledged.
+func TestHeartbeatNeedsConfirmation(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	if alive, _, code := h.heartbeat(id); !alive || code != lockpb.Code_CODE_OK {
+		t.Fatalf("healthy heartbeat: alive=%v code=%v", alive, code)
+	}
+	reads := h.raf.reads
+	h.raf.readErr = errors.New("deposed")
+	alive, _, code := h.heartbeat(id)
+	if alive || code != lockpb.Code_CODE_NOT_LEADER {
+		t.Fatalf("heartbeat without confirmation: alive=%v code=%v", alive, code)
+	}
+	if h.raf.reads != reads+1 {
+		t.Fatalf("heartbeat issued %d read index rounds, want 1", h.raf.reads-reads)
+	}
+}
+
+// Invariant 3: the leader proposes an expiry only once more than the TTL
+// has passed since the last heartbeat it received, in its own term.
+func TestExpiryAfterTTLSinceLastHeartbeat(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.clk.Advance(600 * time.Millisecond)
+	h.heartbeat(id)
+	h.clk.Advance(time.Second) // exactly a TTL since the heartbeat
+	h.svc.expireDue()
+	if !h.live(id) {
+		t.Fatal("expired at exactly the TTL")
+	}
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if h.live(id) {
+		t.Fatal("not expired past the TTL")
+	}
+}
+
+// Invariant 3: a new leader gives every session a full TTL from the moment
+// it is ready, however long ago the last heartbeat was.
+func TestNewLeaderGivesFreshTTL(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.svc.LeaderLost()
+	h.clk.Advance(10 * time.Second)
+	h.svc.expireDue() // not leader: nothing
+	h.becomeLeader()
+	h.svc.expireDue()
+	if !h.live(id) {
+		t.Fatal("expired by a new leader before a full TTL")
+	}
+	h.clk.Advance(time.Second + time.Millisecond)
+	h.svc.expireDue()
+	if h.live(id) {
+		t.Fatal("not expired a TTL after the new leader was ready")
+	}
+}
+
+// A heartbeat that arrives while the session's expiry is in the log (not
+// yet applied) is answered "gone", never "alive".
+func TestHeartbeatDuringExpiryIsGone(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.clk.Advance(2 * time.Second)
+	h.raf.hold = true
+	h.svc.expireDue()
+	alive, gone, _ := h.heartbeat(id)
+	if alive || !gone {
+		t.Fatalf("heartbeat during expiry: alive=%v gone=%v", alive, gone)
+	}
+	h.raf.commitPending()
+	if h.live(id) {
+		t.Fatal("expiry did not apply")
+	}
+}
+
+// An Expire decided in one term and logged in another is ignored on apply.
+func TestStaleTermExpireIgnored(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	data := fsm.Encode(&fsm.Command{Op: fsm.OpExpire, IDs: []uint64{id}, Term: h.raf.term - 1})
+	if err := h.raf.Propose(context.Background(), data); err != nil {
+		t.Fatal(err)
+	}
+	if !h.live(id) {
+		t.Fatal("an expiry from an older term ended the session")
+	}
+}
+
+// Losing leadership answers waiting requests NOT_LEADER so that clients
+// re-send them to the next leader.
+func TestLeaderLostAnswersWaiters(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.open(time.Minute), h.open(time.Minute)
+	if r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"}); r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatal(r)
+	}
+	got := make(chan *lockpb.Response, 1)
+	go func() {
+		resp, err := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	// Wait until b is queued.
+	for {
+		h.svc.mu.Lock()
+		n := len(h.svc.m.Holder("x").Waiters)
+		h.svc.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.raf.mu.Lock()
+	h.raf.leader = 2
+	h.raf.mu.Unlock()
+	h.svc.LeaderLost()
+	if r := <-got; r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+		t.Fatalf("waiter answered %v, want NOT_LEADER", r)
+	}
+	if r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"}); r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 2 {
+		t.Fatalf("request to a replica that is not leader: %v", r)
+	}
+}

@@ -1,0 +1,167 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// fakeBackend answers every proposal OK and heartbeats as told; it records
+// the manual-clock time of every heartbeat.
+type fakeBackend struct {
+	clk *clock.Manual
+
+	mu     sync.Mutex
+	ack    bool
+	sent   []time.Time
+	block  chan struct{} // if set, keepAlive waits for it before answering
+	nextID uint64
+}
+
+func (f *fakeBackend) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	return &lockpb.Response{Code: lockpb.Code_CODE_OK, Session: 100 + f.nextID, Token: f.nextID}, nil
+}
+
+func (f *fakeBackend) keepAlive(ctx context.Context, ids []uint64) ([]uint64, []uint64, error) {
+	f.mu.Lock()
+	f.sent = append(f.sent, f.clk.Now())
+	ack, block := f.ack, f.block
+	f.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	if !ack {
+		return nil, nil, errNoLeader
+	}
+	return ids, nil, nil
+}
+
+func (f *fakeBackend) settleGrace() time.Duration { return 100 * time.Millisecond }
+
+func (f *fakeBackend) heartbeats() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sent)
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settle waits until the heartbeater and the lease timer are armed (two
+// pending waiters on the manual clock), so an Advance cannot slip in between
+// a loop's reading of the clock and its arming of the next wake-up.
+func settle(t *testing.T, clk *clock.Manual, want int) {
+	t.Helper()
+	eventually(t, "timers armed", func() bool { return clk.Pending() >= want })
+	time.Sleep(2 * time.Millisecond)
+}
+
+func newLeaseHarness(t *testing.T, ack bool) (*fakeBackend, *clock.Manual, *Session) {
+	clk := clock.NewManual(time.Unix(5000, 0))
+	be := &fakeBackend{clk: clk, ack: ack}
+	closed := make(chan struct{})
+	hb := newHeartbeater(be, clk, closed)
+	go hb.run()
+	t.Cleanup(func() { close(closed); hb.wait() })
+	s, err := openSession(context.Background(), be, hb, clk, 3*time.Second, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be, clk, s
+}
+
+// Invariant 5: the belief ends at send time of the last acknowledged
+// heartbeat + TTL - margin; then Done and Lost close and calls fail.
+func TestLeaseEndsAtSendTimePlusTTLMinusMargin(t *testing.T) {
+	be, clk, s := newLeaseHarness(t, true)
+	opened := clk.Now()
+	if want := opened.Add(3*time.Second - 300*time.Millisecond); !s.Deadline().Equal(want) {
+		t.Fatalf("initial deadline %v, want %v", s.Deadline(), want)
+	}
+	l, err := s.Acquire(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle(t, clk, 2)
+	clk.Advance(time.Second) // TTL/3: first heartbeat, acknowledged
+	eventually(t, "renewal", func() bool { return s.Deadline().Equal(opened.Add(time.Second + 2700*time.Millisecond)) })
+	if be.heartbeats() != 1 {
+		t.Fatalf("%d heartbeats at TTL/3", be.heartbeats())
+	}
+
+	// From now on nothing is acknowledged.
+	be.mu.Lock()
+	be.ack = false
+	be.mu.Unlock()
+	lastAck := opened.Add(time.Second)
+	settle(t, clk, 2)
+	clk.Advance(2699 * time.Millisecond) // one ms before the deadline
+	time.Sleep(10 * time.Millisecond)
+	if closed(s.Done()) {
+		t.Fatal("session ended before its deadline")
+	}
+	settle(t, clk, 2)
+	clk.Advance(time.Millisecond)
+	eventually(t, "lease end", func() bool { return closed(s.Done()) && closed(l.Lost()) })
+	if !s.Deadline().Equal(lastAck.Add(2700 * time.Millisecond)) {
+		t.Fatalf("deadline %v", s.Deadline())
+	}
+	if !errors.Is(s.Err(), ErrSessionExpired) {
+		t.Fatalf("Err %v", s.Err())
+	}
+	if _, err := s.Acquire(context.Background(), "y"); !errors.Is(err, ErrSessionExpired) {
+		t.Fatalf("Acquire after the lease: %v", err)
+	}
+	// An expired session is never renewed, not even by a late ack.
+	s.renewed(clk.Now())
+	if !errors.Is(s.Err(), ErrSessionExpired) || s.Deadline().After(lastAck.Add(2700*time.Millisecond)) {
+		t.Fatal("a late acknowledgement resurrected the session")
+	}
+}
+
+// The lease is extended from the send time, not the time the answer came
+// back: a slow acknowledgement buys nothing.
+func TestLeaseCountsFromSendTime(t *testing.T) {
+	be, clk, s := newLeaseHarness(t, true)
+	block := make(chan struct{})
+	be.mu.Lock()
+	be.block = block
+	be.mu.Unlock()
+	settle(t, clk, 2)
+	clk.Advance(time.Second)
+	t.Cleanup(func() { close(block) })
+	eventually(t, "heartbeat sent", func() bool { return be.heartbeats() == 1 })
+	sent := clk.Now()
+	be.mu.Lock()
+	be.ack, be.block = false, nil // later heartbeats fail
+	be.mu.Unlock()
+	settle(t, clk, 1) // the lease timer; no heartbeat is due while one is in flight
+	clk.Advance(1500 * time.Millisecond) // the answer is slow
+	block <- struct{}{}
+	eventually(t, "renewal", func() bool { return s.Deadline().Equal(sent.Add(2700 * time.Millisecond)) })
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

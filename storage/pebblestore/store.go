@@ -1,0 +1,572 @@
+// Package pebblestore is the default storage.LogStore of a quorumlock replica:
+// the raft log, hard state, latest snapshot and identity in one Pebble
+// database, each Save one batch committed with a single fsync.
+//
+// Reads that raft makes on the hot path (Term and Entries of the log tail,
+// FirstIndex, LastIndex) are answered from memory: the store keeps the log
+// bounds, the snapshot metadata and a cache of the most recent entries (at
+// most 4096 entries and 16 MiB of marshalled entries). Older entries and the
+// snapshot data are read from Pebble.
+//
+// A failed commit or fsync is sticky: the failing call returns the error and
+// every later write (Save, SaveSnapshot, Compact, SetIdentity) returns it too,
+// because an fsync failure may have dropped written pages and retrying could
+// acknowledge data that is not on disk. Reads keep working so the replica
+// can stop cleanly: the log bounds, hard state and cached tail stay those of
+// the last successful write, but an older entry read from Pebble may already
+// show the failed write (Pebble applies a batch to its memtable before the
+// fsync result is known).
+package pebblestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quorumlock/quorumlock/storage"
+)
+
+// ErrClosed is returned by every method of a Store after Close.
+var ErrClosed = errors.New("pebblestore: store is closed")
+
+// Options configure Open. The zero value is ready to use.
+type Options struct {
+	// FS is the file system the store lives on. Tests pass vfs.NewMem() or an
+	// error-injecting wrapper. The default (nil) is vfs.Default, the operating
+	// system's file system.
+	FS vfs.FS
+
+	// Logger receives Pebble's messages and the store's own errors. The
+	// default (nil) discards them.
+	Logger *zap.Logger
+}
+
+// Store is a storage.LogStore on a Pebble database. Create one with Open.
+//
+// All methods are safe for concurrent use; writes are serialized and a read
+// never observes a partly applied Save. Close must be the last call.
+type Store struct {
+	dir string
+	log *zap.Logger
+	db  *pebble.DB
+
+	// fatalMu guards fatal, the first failure Pebble reported through
+	// Logger.Fatalf, possibly from one of its background goroutines.
+	fatalMu sync.Mutex
+	fatal   error
+
+	mu        sync.RWMutex
+	closed    bool
+	failed    error                    // sticky write failure; nil while healthy
+	hardState *raftpb.HardState        // nil until a non-empty one is saved
+	snapMeta  *raftpb.SnapshotMetadata // latest snapshot's metadata, never nil
+	trunc     truncState               // entry before FirstIndex
+	lastIndex uint64                   // trunc.index when the log is empty
+	cache     *tailCache
+	buf       []byte // marshalling scratch space; guarded by mu held for writing
+	sizes     []int  // scratch space for Save; guarded by mu held for writing
+}
+
+var _ storage.LogStore = (*Store)(nil)
+
+// Open opens the store in dir, creating dir and an empty store when missing,
+// and loads the log bounds, hard state, snapshot metadata and the log tail
+// into memory.
+//
+// It fails when dir is locked by another open Store (Pebble's LOCK file), when
+// the store was written in an unknown format, and, wrapping storage.ErrCorrupt
+// with the directory and the key, when a stored record fails to decode or the
+// records disagree (for example a hard state committing past the last entry).
+// The caller owns the returned Store and must Close it.
+func Open(dir string, opts Options) (*Store, error) {
+	return open(dir, opts, defaultCacheLimits)
+}
+
+func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("pebblestore: empty directory name")
+	}
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebblestore: create %s: %w", dir, err)
+	}
+	s := &Store{dir: dir, log: logger}
+	popts := &pebble.Options{
+		FS:                 fs,
+		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
+		FormatMajorVersion: pebble.FormatNewest,
+		// A raft log is written at the tail and deleted at the head, and the
+		// tail is served from the entry cache: modest memtables and block cache
+		// suffice.
+		MemTableSize: 8 << 20,
+		CacheSize:    8 << 20,
+		MaxOpenFiles: 256,
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		if errors.Is(err, pebble.ErrCorruption) {
+			return nil, fmt.Errorf("pebblestore: open %s: %w: %w", dir, storage.ErrCorrupt, err)
+		}
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	s.db = db
+	if err := s.load(lim); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load reads the persistent state into memory and writes the format version
+// into a new store.
+func (s *Store) load(lim cacheLimits) error {
+	v, ok, err := s.get(keyVersion)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := s.initVersion(); err != nil {
+			return err
+		}
+	} else {
+		ver, err := decodeUint64(v)
+		if err != nil {
+			return corrupt(s.dir, keyVersion, err)
+		}
+		if ver != formatVersion {
+			return fmt.Errorf("pebblestore: %s: format version %d, this build reads only %d", s.dir, ver, formatVersion)
+		}
+	}
+
+	if v, ok, err := s.get(keyHardState); err != nil {
+		return err
+	} else if ok {
+		hs := new(raftpb.HardState)
+		if err := proto.Unmarshal(v, hs); err != nil {
+			return corrupt(s.dir, keyHardState, err)
+		}
+		s.hardState = hs
+	}
+
+	s.snapMeta = raftpb.EnsureSnapshotMetadata(nil)
+	if v, ok, err := s.get(keySnapMeta); err != nil {
+		return err
+	} else if ok {
+		m := new(raftpb.SnapshotMetadata)
+		if err := proto.Unmarshal(v, m); err != nil {
+			return corrupt(s.dir, keySnapMeta, err)
+		}
+		s.snapMeta = raftpb.EnsureSnapshotMetadata(m)
+	}
+
+	if v, ok, err := s.get(keyTrunc); err != nil {
+		return err
+	} else if ok {
+		i, t, err := decodePair(v)
+		if err != nil {
+			return corrupt(s.dir, keyTrunc, err)
+		}
+		s.trunc = truncState{index: i, term: t}
+	}
+	if s.snapMeta.GetIndex() > s.trunc.index {
+		return corrupt(s.dir, keyTrunc, fmt.Errorf("log starts after %d, below snapshot index %d", s.trunc.index, s.snapMeta.GetIndex()))
+	}
+
+	first, last, ok, err := s.entryBounds()
+	if err != nil {
+		return err
+	}
+	s.lastIndex = s.trunc.index
+	if ok {
+		if first != s.trunc.index+1 {
+			return corrupt(s.dir, entryKey(first), fmt.Errorf("first stored entry, want %d", s.trunc.index+1))
+		}
+		s.lastIndex = last
+	}
+	if c := s.hardState.GetCommit(); c > s.lastIndex {
+		return corrupt(s.dir, keyHardState, fmt.Errorf("commit index %d beyond last index %d", c, s.lastIndex))
+	}
+	return s.loadCache(lim)
+}
+
+func (s *Store) initVersion() error {
+	// A store without a version must be new: anything else in it was written
+	// by someone else.
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("pebblestore: %s: %w", s.dir, err)
+	}
+	nonEmpty := it.First()
+	var k []byte
+	if nonEmpty {
+		k = bytes.Clone(it.Key())
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return s.readErr(keyVersion, err)
+	}
+	if nonEmpty {
+		return corrupt(s.dir, keyVersion, fmt.Errorf("missing, but the store holds %s", keyName(k)))
+	}
+	err = s.write(func(b *pebble.Batch) error {
+		return b.Set(keyVersion, encodeUint64(formatVersion), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("pebblestore: %s: write format version: %w", s.dir, err)
+	}
+	return nil
+}
+
+// entryBounds returns the indexes of the first and last stored entries; ok is
+// false when no entry is stored.
+func (s *Store) entryBounds() (first, last uint64, ok bool, err error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKeysStart, UpperBound: entryKeysEnd})
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("pebblestore: %s: %w", s.dir, err)
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = s.readErr(entryKeysStart, cerr)
+		}
+	}()
+	if !it.First() {
+		return 0, 0, false, s.iterErr(it, entryKeysStart)
+	}
+	var fok, lok bool
+	first, fok = parseEntryKey(it.Key())
+	if !fok {
+		return 0, 0, false, corrupt(s.dir, it.Key(), errors.New("malformed entry key"))
+	}
+	if !it.Last() {
+		return 0, 0, false, s.iterErr(it, entryKeysStart)
+	}
+	last, lok = parseEntryKey(it.Key())
+	if !lok || last < first {
+		return 0, 0, false, corrupt(s.dir, it.Key(), errors.New("malformed entry key"))
+	}
+	return first, last, true, nil
+}
+
+// loadCache fills the tail cache with the newest entries within lim.
+func (s *Store) loadCache(lim cacheLimits) error {
+	s.cache = newTailCache(lim, s.lastIndex+1)
+	if s.lastIndex == s.trunc.index || lim.maxEntries == 0 {
+		return nil
+	}
+	lo := s.trunc.index + 1
+	if n := uint64(lim.maxEntries); s.lastIndex-lo+1 > n {
+		lo = s.lastIndex - n + 1
+	}
+	s.cache.reset(lo)
+	_, err := s.scanEntries(lo, s.lastIndex+1, func(e *raftpb.Entry, size int) bool {
+		s.cache.append(e, size)
+		return true
+	})
+	return err
+}
+
+// scanEntries calls fn for each stored entry in [lo, hi), lo < hi, in index
+// order until fn returns false (stopped is then true). It reports missing and
+// undecodable entries as corruption.
+func (s *Store) scanEntries(lo, hi uint64, fn func(e *raftpb.Entry, size int) bool) (stopped bool, err error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(lo), UpperBound: entryKeyUpper(hi - 1)})
+	if err != nil {
+		return false, fmt.Errorf("pebblestore: %s: %w", s.dir, err)
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = s.readErr(entryKey(lo), cerr)
+		}
+	}()
+	want := lo
+	for ok := it.First(); ok; ok = it.Next() {
+		idx, kok := parseEntryKey(it.Key())
+		if !kok || idx != want {
+			return false, corrupt(s.dir, entryKey(want), fmt.Errorf("missing, next stored key is %s", keyName(it.Key())))
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return false, s.readErr(entryKey(idx), err)
+		}
+		e, err := decodeEntry(idx, v)
+		if err != nil {
+			return false, corrupt(s.dir, entryKey(idx), err)
+		}
+		if !fn(e, len(v)) {
+			return true, nil
+		}
+		want++
+	}
+	if err := it.Error(); err != nil {
+		return false, s.readErr(entryKey(want), err)
+	}
+	if want != hi {
+		return false, corrupt(s.dir, entryKey(want), errors.New("missing"))
+	}
+	return false, nil
+}
+
+func (s *Store) iterErr(it *pebble.Iterator, key []byte) error {
+	if err := it.Error(); err != nil {
+		return s.readErr(key, err)
+	}
+	return nil
+}
+
+// get returns a copy of the value stored under key; ok is false when there is
+// none.
+func (s *Store) get(key []byte) (v []byte, ok bool, err error) {
+	val, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, s.readErr(key, err)
+	}
+	v = bytes.Clone(val)
+	if err := closer.Close(); err != nil {
+		return nil, false, s.readErr(key, err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, true, nil
+}
+
+// readErr wraps a Pebble read failure of key; Pebble's corruption errors are
+// also marked storage.ErrCorrupt.
+func (s *Store) readErr(key []byte, err error) error {
+	if errors.Is(err, pebble.ErrCorruption) {
+		return corrupt(s.dir, key, err)
+	}
+	return fmt.Errorf("pebblestore: %s: read %s: %w", s.dir, keyName(key), err)
+}
+
+// InitialState implements raft.Storage. It returns the saved hard state (an
+// empty one before the first Save with a non-empty hard state) and the
+// ConfState of the latest snapshot (empty, never nil, before the first
+// snapshot). Both are copies the caller may keep.
+func (s *Store) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, nil, ErrClosed
+	}
+	hs := new(raftpb.HardState)
+	if s.hardState != nil {
+		hs = proto.Clone(s.hardState).(*raftpb.HardState)
+	}
+	cs := raftpb.EnsureConfState(proto.Clone(s.snapMeta.GetConfState()).(*raftpb.ConfState))
+	return hs, cs, nil
+}
+
+// Entries implements raft.Storage: the entries with indexes in [lo, hi), cut
+// after the first entry whose cumulative marshalled size exceeds maxSize
+// (bytes), but at least one entry. The slice is newly allocated and the
+// caller may append to it; the entries are shared and must not be modified.
+//
+// It returns raft.ErrCompacted when lo <= FirstIndex()-1, raft.ErrUnavailable
+// when the log is empty, an error wrapping raft.ErrUnavailable when lo > hi
+// or hi > LastIndex()+1, and an error wrapping storage.ErrCorrupt when a
+// stored entry is missing or fails to decode.
+func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if lo <= s.trunc.index {
+		return nil, raft.ErrCompacted
+	}
+	if lo > hi {
+		return nil, fmt.Errorf("pebblestore: Entries(%d, %d): lo > hi: %w", lo, hi, raft.ErrUnavailable)
+	}
+	if hi > s.lastIndex+1 {
+		return nil, fmt.Errorf("pebblestore: Entries(%d, %d): last index is %d: %w", lo, hi, s.lastIndex, raft.ErrUnavailable)
+	}
+	if s.lastIndex == s.trunc.index {
+		return nil, raft.ErrUnavailable
+	}
+	if lo == hi {
+		return nil, nil
+	}
+
+	out := make([]*raftpb.Entry, 0, min(hi-lo, 256))
+	var total uint64
+	add := func(e *raftpb.Entry, size int) bool {
+		if len(out) > 0 && total+uint64(size) > maxSize {
+			return false
+		}
+		total += uint64(size)
+		out = append(out, e)
+		return true
+	}
+	if lo < s.cache.first {
+		stopped, err := s.scanEntries(lo, min(hi, s.cache.first), add)
+		if err != nil {
+			return nil, err
+		}
+		if stopped {
+			return out, nil
+		}
+	}
+	for i := max(lo, s.cache.first); i < hi; i++ {
+		if !add(s.cache.get(i), s.cache.size(i)) {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Term implements raft.Storage: the term of entry i, for i in
+// [FirstIndex()-1, LastIndex()]. Term(FirstIndex()-1) is the term recorded
+// with the latest snapshot (0 for a store without one). It returns
+// raft.ErrCompacted below that range, raft.ErrUnavailable above it, and an
+// error wrapping storage.ErrCorrupt for an undecodable entry.
+func (s *Store) Term(i uint64) (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	return s.term(i)
+}
+
+// term is Term with s.mu held.
+func (s *Store) term(i uint64) (uint64, error) {
+	switch {
+	case i < s.trunc.index:
+		return 0, raft.ErrCompacted
+	case i == s.trunc.index:
+		return s.trunc.term, nil
+	case i > s.lastIndex:
+		return 0, raft.ErrUnavailable
+	}
+	if e := s.cache.get(i); e != nil {
+		return e.GetTerm(), nil
+	}
+	k := entryKey(i)
+	v, ok, err := s.get(k)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, corrupt(s.dir, k, errors.New("missing"))
+	}
+	e, err := decodeEntry(i, v)
+	if err != nil {
+		return 0, corrupt(s.dir, k, err)
+	}
+	return e.GetTerm(), nil
+}
+
+// LastIndex implements raft.Storage: the index of the last entry, or
+// FirstIndex()-1 when the log is empty (0 for a new store).
+func (s *Store) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	return s.lastIndex, nil
+}
+
+// FirstIndex implements raft.Storage: the index of the first entry Entries
+// may return, the latest snapshot's index + 1 (1 for a new store).
+func (s *Store) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	return s.trunc.index + 1, nil
+}
+
+// Snapshot implements raft.Storage: a copy of the latest snapshot, read from
+// Pebble, or an empty snapshot (index 0, non-nil metadata) before the first
+// SaveSnapshot.
+func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	data, _, err := s.get(keySnapData)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		data = nil
+	}
+	return &raftpb.Snapshot{
+		Metadata: proto.Clone(s.snapMeta).(*raftpb.SnapshotMetadata),
+		Data:     data,
+	}, nil
+}
+
+// Identity implements storage.LogStore.
+func (s *Store) Identity() (storage.Identity, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return storage.Identity{}, false, ErrClosed
+	}
+	return s.identity()
+}
+
+func (s *Store) identity() (storage.Identity, bool, error) {
+	v, ok, err := s.get(keyIdentity)
+	if err != nil || !ok {
+		return storage.Identity{}, false, err
+	}
+	id, err := decodeIdentity(v)
+	if err != nil {
+		return storage.Identity{}, false, corrupt(s.dir, keyIdentity, err)
+	}
+	return id, true, nil
+}
+
+// Close closes the Pebble database. It does not sync: every write already
+// did. Calls after the first return ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	s.cache = nil
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebblestore: close %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// setFatal records the first failure Pebble reports through Logger.Fatalf.
+func (s *Store) setFatal(err error) {
+	s.fatalMu.Lock()
+	defer s.fatalMu.Unlock()
+	if s.fatal == nil {
+		s.fatal = err
+	}
+}
+
+func (s *Store) fatalErr() error {
+	s.fatalMu.Lock()
+	defer s.fatalMu.Unlock()
+	return s.fatal
+}
