@@ -151,7 +151,7 @@ func TestLeaseCountsFromSendTime(t *testing.T) {
 	be.mu.Lock()
 	be.ack, be.block = false, nil // later heartbeats fail
 	be.mu.Unlock()
-	settle(t, clk, 1) // the lease timer; no heartbeat is due while one is in flight
+	settle(t, clk, 1)                    // the lease timer; no heartbeat is due while one is in flight
 	clk.Advance(1500 * time.Millisecond) // the answer is slow
 	block <- struct{}{}
 	eventually(t, "renewal", func() bool { return s.Deadline().Equal(sent.Add(2700 * time.Millisecond)) })
