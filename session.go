@@ -458,6 +458,11 @@ func (s *Session) Close(ctx context.Context) error {
 	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id, Seq: seq, Done: done})
 	s.end(errSessionClosed, false)
 	switch {
+	case errors.Is(err, errExpiredOnCluster):
+		// Gone on the cluster: closed by an earlier copy of this request
+		// that was answered to a leader we lost, or expired. Either way
+		// nothing is held.
+		return nil
 	case err != nil && errors.Is(err, ErrSessionExpired):
 		return err
 	case err != nil && ctx.Err() != nil:

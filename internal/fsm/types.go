@@ -27,7 +27,9 @@ const (
 	OpRelease Op = 3
 	// OpWithdraw removes Session from the queue of Name (an acquire whose
 	// caller gave up). If the lock was already granted to Session, nothing
-	// changes and the result is the grant. Fields: Session, Seq, Done, Name.
+	// changes and the result is the grant. With Target set, an acquire of
+	// Session with Seq Target that is not applied yet will take no effect
+	// (see Command.Target). Fields: Session, Seq, Done, Name, Target.
 	OpWithdraw Op = 4
 	// OpCloseSession releases every lock of Session, drops its waits and ends
 	// it. Fields: Session, Seq, Done.

@@ -1,0 +1,260 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ErrCorrupt is returned (wrapped with the detail: what is wrong, at which
+// byte offset) by Decode for data that is not a command written by Encode.
+var ErrCorrupt = errors.New("quorumlock: corrupt command")
+
+// formatV1 is the first byte of every encoded command.
+const formatV1 byte = 1
+
+// The encoding, version 1. A uvarint is encoding/binary's, in its shortest
+// form; a varint is its zig-zag signed form; a string is a uvarint length
+// followed by that many bytes.
+//
+//	byte    version (1)
+//	byte    Op
+//	then, by Op:
+//	OpOpenSession   varint TTL, uvarint Nonce
+//	OpAcquire       uvarint Session, Seq, Done; string Name; byte flags (bit 0: Try)
+//	OpRelease       uvarint Session, Seq, Done; string Name; uvarint Token
+//	OpWithdraw      uvarint Session, Seq, Done; string Name; uvarint Target
+//	OpCloseSession  uvarint Session, Seq, Done
+//	OpExpire        uvarint Term; uvarint count; count x uvarint ID
+//
+// Fields that do not matter for the Op are not written. Every Command value
+// has exactly one encoding, so Encode(Decode(data)) == data for all data that
+// Decode accepts.
+
+const flagTry byte = 1
+
+// Encode returns the binary encoding of cmd (see AppendEncode).
+func Encode(cmd *Command) []byte {
+	return AppendEncode(make([]byte, 0, encodedSizeHint(cmd)), cmd)
+}
+
+func encodedSizeHint(cmd *Command) int {
+	if cmd == nil {
+		return 2
+	}
+	return 2 + 5*binary.MaxVarintLen64 + len(cmd.Name) + len(cmd.IDs)*binary.MaxVarintLen64
+}
+
+// AppendEncode appends the encoding of cmd to b and returns the extended
+// slice. Only the fields that matter for cmd.Op are written (see the Op
+// constants), so Decode restores those and leaves the others zero. A nil cmd
+// or an unknown Op encodes to data that Decode rejects.
+func AppendEncode(b []byte, cmd *Command) []byte {
+	if cmd == nil {
+		return append(b, formatV1, 0)
+	}
+	b = append(b, formatV1, byte(cmd.Op))
+	switch cmd.Op {
+	case OpOpenSession:
+		b = binary.AppendVarint(b, cmd.TTL)
+		b = binary.AppendUvarint(b, cmd.Nonce)
+	case OpAcquire:
+		b = appendSessionSeq(b, cmd)
+		b = appendString(b, cmd.Name)
+		var flags byte
+		if cmd.Try {
+			flags |= flagTry
+		}
+		b = append(b, flags)
+	case OpRelease:
+		b = appendSessionSeq(b, cmd)
+		b = appendString(b, cmd.Name)
+		b = binary.AppendUvarint(b, cmd.Token)
+	case OpWithdraw:
+		b = appendSessionSeq(b, cmd)
+		b = appendString(b, cmd.Name)
+		b = binary.AppendUvarint(b, cmd.Target)
+	case OpCloseSession:
+		b = appendSessionSeq(b, cmd)
+	case OpExpire:
+		b = binary.AppendUvarint(b, cmd.Term)
+		b = binary.AppendUvarint(b, uint64(len(cmd.IDs)))
+		for _, id := range cmd.IDs {
+			b = binary.AppendUvarint(b, id)
+		}
+	}
+	return b
+}
+
+func appendSessionSeq(b []byte, cmd *Command) []byte {
+	b = binary.AppendUvarint(b, cmd.Session)
+	b = binary.AppendUvarint(b, cmd.Seq)
+	return binary.AppendUvarint(b, cmd.Done)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Decode parses data written by Encode into *cmd, overwriting every field.
+// It does not retain data: the Name and IDs it sets are fresh copies.
+//
+// It returns an error wrapping ErrCorrupt, and leaves *cmd zero, when data is
+// not exactly one command: empty, of an unknown format version or Op,
+// truncated, with a varint that overflows 64 bits or is not in its shortest
+// form, unknown flag bits, a length or count larger than the bytes left, or
+// trailing bytes. A nil cmd also yields ErrCorrupt. Decode does not check the
+// values themselves (a name's UTF-8 or length, a TTL's range): Apply does.
+// Decode never panics.
+func Decode(data []byte, cmd *Command) error {
+	if cmd == nil {
+		return fmt.Errorf("%w: nil *Command", ErrCorrupt)
+	}
+	*cmd = Command{}
+	d := decoder{data: data}
+	if v := d.byte("version"); d.err == nil && v != formatV1 {
+		d.failAt(0, "unknown format version %d", v)
+	}
+	op := Op(d.byte("op"))
+	if d.err == nil {
+		cmd.Op = op
+		switch op {
+		case OpOpenSession:
+			cmd.TTL = d.varint("ttl")
+			cmd.Nonce = d.uvarint("nonce")
+		case OpAcquire:
+			d.sessionSeq(cmd)
+			cmd.Name = d.name()
+			flags := d.byte("flags")
+			if d.err == nil && flags&^flagTry != 0 {
+				d.failAt(d.off-1, "unknown flags %#x", flags)
+			}
+			cmd.Try = flags&flagTry != 0
+		case OpRelease:
+			d.sessionSeq(cmd)
+			cmd.Name = d.name()
+			cmd.Token = d.uvarint("token")
+		case OpWithdraw:
+			d.sessionSeq(cmd)
+			cmd.Name = d.name()
+			cmd.Target = d.uvarint("target")
+		case OpCloseSession:
+			d.sessionSeq(cmd)
+		case OpExpire:
+			cmd.Term = d.uvarint("term")
+			cmd.IDs = d.ids()
+		default:
+			d.failAt(1, "unknown op %d", op)
+		}
+	}
+	if d.err == nil && d.off != len(d.data) {
+		d.fail("%d trailing bytes", len(d.data)-d.off)
+	}
+	if d.err != nil {
+		*cmd = Command{}
+		return d.err
+	}
+	return nil
+}
+
+// decoder reads fields from data. After the first error every read returns
+// zero and the error is kept.
+type decoder struct {
+	data []byte
+	off  int
+	err  error
+}
+
+// fail records an error at the current offset.
+func (d *decoder) fail(format string, args ...any) {
+	d.failAt(d.off, format, args...)
+}
+
+func (d *decoder) failAt(off int, format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: at offset %d: %s", ErrCorrupt, off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) byte(field string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.data) {
+		d.fail("truncated %s", field)
+		return 0
+	}
+	v := d.data[d.off]
+	d.off++
+	return v
+}
+
+func (d *decoder) uvarint(field string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.data[d.off:])
+	switch {
+	case n == 0:
+		d.fail("truncated %s", field)
+		return 0
+	case n < 0:
+		d.fail("%s overflows 64 bits", field)
+		return 0
+	case n > 1 && d.data[d.off+n-1] == 0:
+		// A final zero group adds nothing: the value has a shorter form.
+		d.fail("%s not in shortest form", field)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint(field string) int64 {
+	u := d.uvarint(field)
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
+	}
+	return v
+}
+
+func (d *decoder) sessionSeq(cmd *Command) {
+	cmd.Session = d.uvarint("session")
+	cmd.Seq = d.uvarint("seq")
+	cmd.Done = d.uvarint("done")
+}
+
+// name reads a string (the only one a command has: its lock name).
+func (d *decoder) name() string {
+	n := d.uvarint("name length")
+	if d.err != nil {
+		return ""
+	}
+	if left := len(d.data) - d.off; n > uint64(left) {
+		d.fail("name length %d exceeds the %d bytes left", n, left)
+		return ""
+	}
+	s := string(d.data[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
+
+func (d *decoder) ids() []uint64 {
+	n := d.uvarint("ids count")
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	// Each ID takes at least one byte, which bounds the allocation by the
+	// input size.
+	if left := len(d.data) - d.off; n > uint64(left) {
+		d.fail("ids count %d exceeds the %d bytes left", n, left)
+		return nil
+	}
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = d.uvarint("id")
+	}
+	return ids
+}

@@ -1,0 +1,152 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+)
+
+// sampleCommands has one command of every op, with small and extreme values.
+func sampleCommands() []Command {
+	return []Command{
+		{Op: OpOpenSession, TTL: 10e9, Nonce: 42},
+		{Op: OpOpenSession, TTL: math.MinInt64, Nonce: math.MaxUint64},
+		{Op: OpOpenSession, TTL: -1},
+		{Op: OpAcquire, Session: 1, Seq: 1, Name: "a"},
+		{Op: OpAcquire, Session: math.MaxUint64, Seq: math.MaxUint64, Done: math.MaxUint64, Name: "lock/é/🔒", Try: true},
+		{Op: OpAcquire, Session: 1, Seq: 2, Name: ""},
+		{Op: OpAcquire, Session: 1, Seq: 3, Name: "\x00\xff"},
+		{Op: OpRelease, Session: 7, Seq: 300, Done: 299, Name: "b", Token: 1 << 40},
+		{Op: OpWithdraw, Session: 7, Seq: 301, Done: 300, Name: "b"},
+		{Op: OpWithdraw, Session: 7, Seq: 302, Done: 300, Name: "b", Target: 301},
+		{Op: OpCloseSession, Session: 7, Seq: 303, Done: 303},
+		{Op: OpExpire, Term: 3},
+		{Op: OpExpire, Term: math.MaxUint64, IDs: []uint64{5, 1, math.MaxUint64, 1}},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	for _, cmd := range sampleCommands() {
+		data := Encode(&cmd)
+		if data[0] != formatV1 || Op(data[1]) != cmd.Op {
+			t.Errorf("%+v: encoding starts %x", cmd, data[:2])
+		}
+		var got Command
+		if err := Decode(data, &got); err != nil {
+			t.Fatalf("%+v: %v", cmd, err)
+		}
+		if !equalCommand(got, cmd) {
+			t.Errorf("round trip: %+v became %+v", cmd, got)
+		}
+		if app := AppendEncode([]byte("prefix"), &cmd); !bytes.Equal(app, append([]byte("prefix"), data...)) {
+			t.Errorf("%+v: AppendEncode %x, Encode %x", cmd, app, data)
+		}
+	}
+}
+
+// TestEncodeOnlyOpFields checks that fields that do not matter for the op are
+// neither written nor decoded.
+func TestEncodeOnlyOpFields(t *testing.T) {
+	cmd := Command{Op: OpCloseSession, Session: 1, Seq: 2, Done: 1, Name: "x", Try: true, Token: 9, TTL: 9, Nonce: 9, IDs: []uint64{9}, Term: 9, Target: 9}
+	var got Command
+	if err := Decode(Encode(&cmd), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (Command{Op: OpCloseSession, Session: 1, Seq: 2, Done: 1}); !equalCommand(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	acquire := Encode(&Command{Op: OpAcquire, Session: 1, Seq: 1, Name: "ab"})
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"nil", nil},
+		{"empty", []byte{}},
+		{"version 0", []byte{0, byte(OpAcquire)}},
+		{"version 2", append([]byte{2}, acquire[1:]...)},
+		{"no op", []byte{formatV1}},
+		{"op 0", []byte{formatV1, 0}},
+		{"op 7", []byte{formatV1, 7}},
+		{"nil command encoded", Encode(nil)},
+		{"truncated", acquire[:len(acquire)-1]},
+		{"truncated name", acquire[:len(acquire)-2]},
+		{"trailing byte", append(bytes.Clone(acquire), 0)},
+		{"unknown flag", append(bytes.Clone(acquire[:len(acquire)-1]), 2)},
+		{"name longer than data", []byte{formatV1, byte(OpAcquire), 1, 1, 0, 0x80, 0x80, 0x04, 'a', 0}},
+		{"huge name length", []byte{formatV1, byte(OpWithdraw), 1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"varint overflow", []byte{formatV1, byte(OpCloseSession), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02, 1, 0}},
+		{"varint too long", []byte{formatV1, byte(OpCloseSession), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 1, 0}},
+		{"non-minimal varint", []byte{formatV1, byte(OpCloseSession), 0x81, 0x00, 1, 0}},
+		{"ids count over data", []byte{formatV1, byte(OpExpire), 1, 3, 1, 2}},
+		{"huge ids count", []byte{formatV1, byte(OpExpire), 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1}},
+		{"truncated id", []byte{formatV1, byte(OpExpire), 1, 2, 1, 0x80}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := Command{Op: OpAcquire, Name: "stale", IDs: []uint64{1}}
+			err := Decode(tc.data, &cmd)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Decode(%x) = %v, want ErrCorrupt", tc.data, err)
+			}
+			if !equalCommand(cmd, Command{}) {
+				t.Errorf("Decode(%x) left %+v", tc.data, cmd)
+			}
+		})
+	}
+	if err := Decode(acquire, nil); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Decode into nil = %v", err)
+	}
+}
+
+// TestDecodeCopies checks that a decoded command does not alias its input:
+// raft may reuse an entry's buffer after apply.
+func TestDecodeCopies(t *testing.T) {
+	data := Encode(&Command{Op: OpAcquire, Session: 1, Seq: 1, Name: "abc"})
+	var cmd Command
+	if err := Decode(data, &cmd); err != nil {
+		t.Fatal(err)
+	}
+	for i := range data {
+		data[i] = 'z'
+	}
+	if cmd.Name != "abc" {
+		t.Errorf("name changed with its input: %q", cmd.Name)
+	}
+}
+
+// FuzzDecode checks that Decode never panics, and that what it accepts is
+// the unique encoding of the command it returns.
+func FuzzDecode(f *testing.F) {
+	for _, cmd := range sampleCommands() {
+		f.Add(Encode(&cmd))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{formatV1, byte(OpExpire), 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var cmd Command
+		if err := Decode(data, &cmd); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Decode(%x) = %v, not ErrCorrupt", data, err)
+			}
+			return
+		}
+		again := Encode(&cmd)
+		if !bytes.Equal(again, data) {
+			t.Fatalf("Decode(%x) = %+v, which encodes to %x", data, cmd, again)
+		}
+		var cmd2 Command
+		if err := Decode(again, &cmd2); err != nil || !equalCommand(cmd, cmd2) {
+			t.Fatalf("round trip of %+v: %+v, %v", cmd, cmd2, err)
+		}
+		// Whatever decodes applies without panicking.
+		m := New(Limits{})
+		m.Apply(1, 1, &Command{Op: OpOpenSession, TTL: 10e9})
+		m.ApplyEntry(2, 1, data)
+		if err := checkInvariants(m); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

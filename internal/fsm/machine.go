@@ -1,0 +1,159 @@
+package fsm
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Default limits, applied by New to zero (or negative) Limits fields.
+const (
+	defaultMaxNameBytes         = 256
+	defaultMaxSessions          = 1_000_000
+	defaultMaxLocksPerSession   = 10_000
+	defaultMaxWaitersPerLock    = 10_000
+	defaultMaxPendingPerSession = 1_024
+	defaultMinTTL               = int64(1_000_000_000)   // 1 s in nanoseconds
+	defaultMaxTTL               = int64(600_000_000_000) // 10 min in nanoseconds
+)
+
+// Machine is the lock table of one replica: live sessions, held locks with
+// their FIFO wait queues, and each session's table of remembered outcomes.
+//
+// The apply goroutine owns a Machine: Apply, ApplyEntry and SetApplied mutate
+// it, and the read methods (Holder, Session, Sessions, SessionLocks,
+// NumSessions, NumLocks, Applied, Limits) must not run concurrently with them.
+// Read methods never mutate, so several readers may run together while no
+// apply runs. Every returned slice is a fresh copy the caller may keep.
+type Machine struct {
+	lim     Limits
+	applied uint64
+
+	sessions map[uint64]*session
+	// locks holds only held locks: a lock without a holder has no entry (a
+	// lock with waiters always has a holder, because a free lock is granted
+	// at once).
+	locks map[string]lock
+	// queues holds the waiters of each held lock that has any, in grant
+	// order; never an empty slice. Kept apart from locks so that the common
+	// uncontended lock costs one small map slot.
+	queues map[string][]uint64
+}
+
+// lock is one held lock.
+type lock struct {
+	holder uint64 // session ID
+	token  uint64 // index of the entry that granted it
+}
+
+// New returns an empty Machine with Applied() == 0. Zero fields of l take the
+// defaults documented on Limits; negative ones are treated as zero. New does
+// not check that MinTTL <= MaxTTL: with an empty TTL range every OpOpenSession
+// fails with CodeInvalid, so the caller validates its configuration first.
+func New(l Limits) *Machine {
+	return &Machine{
+		lim:      withDefaults(l),
+		sessions: make(map[uint64]*session),
+		locks:    make(map[string]lock),
+		queues:   make(map[string][]uint64),
+	}
+}
+
+func withDefaults(l Limits) Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxNameBytes, defaultMaxNameBytes)
+	def(&l.MaxSessions, defaultMaxSessions)
+	def(&l.MaxLocksPerSession, defaultMaxLocksPerSession)
+	def(&l.MaxWaitersPerLock, defaultMaxWaitersPerLock)
+	def(&l.MaxPendingPerSession, defaultMaxPendingPerSession)
+	if l.MinTTL <= 0 {
+		l.MinTTL = defaultMinTTL
+	}
+	if l.MaxTTL <= 0 {
+		l.MaxTTL = defaultMaxTTL
+	}
+	return l
+}
+
+// Limits returns the effective limits: those given to New with defaults
+// applied.
+func (m *Machine) Limits() Limits { return m.lim }
+
+// Applied returns the index of the last entry applied (through Apply,
+// ApplyEntry or SetApplied), or 0 before any.
+func (m *Machine) Applied() uint64 { return m.applied }
+
+// SetApplied records that the entry at index was applied without being a
+// command (a raft no-op or configuration change), so Applied() == index
+// afterwards. An index at or below Applied() is ignored: the applied index
+// never moves backwards.
+func (m *Machine) SetApplied(index uint64) {
+	if index > m.applied {
+		m.applied = index
+	}
+}
+
+// NumSessions returns the number of live sessions.
+func (m *Machine) NumSessions() int { return len(m.sessions) }
+
+// NumLocks returns the number of held locks (a free lock is not stored).
+func (m *Machine) NumLocks() int { return len(m.locks) }
+
+// Holder describes the lock called name. For a free or never used name it
+// returns LockInfo{Name: name}: Holder 0, Token 0, no waiters. Waiters is a
+// fresh slice (nil when no session waits) in grant order.
+func (m *Machine) Holder(name string) LockInfo {
+	l, ok := m.locks[name]
+	if !ok {
+		return LockInfo{Name: name}
+	}
+	return m.info(name, l)
+}
+
+func (m *Machine) info(name string, l lock) LockInfo {
+	return LockInfo{Name: name, Holder: l.holder, Token: l.token, Waiters: slices.Clone(m.queues[name])}
+}
+
+// Session returns the live session id, or false if it does not exist (never
+// opened, closed or expired).
+func (m *Machine) Session(id uint64) (SessionInfo, bool) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return SessionInfo{}, false
+	}
+	return SessionInfo{ID: id, TTL: s.ttl}, true
+}
+
+// Sessions returns every live session, sorted by ID, in a fresh slice (nil
+// when there is none).
+func (m *Machine) Sessions() []SessionInfo {
+	if len(m.sessions) == 0 {
+		return nil
+	}
+	out := make([]SessionInfo, 0, len(m.sessions))
+	for id, s := range m.sessions {
+		out = append(out, SessionInfo{ID: id, TTL: s.ttl})
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// SessionLocks returns the locks that session id holds (not those it waits
+// for), sorted by name, in a fresh slice. It returns nil for a session that
+// holds nothing or does not exist.
+func (m *Machine) SessionLocks(id uint64) []LockInfo {
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil
+	}
+	var out []LockInfo
+	for _, name := range s.names.sorted() {
+		if l := m.locks[name]; l.holder == id {
+			out = append(out, m.info(name, l))
+		}
+	}
+	return out
+}
