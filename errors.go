@@ -50,6 +50,9 @@ var (
 	// [MinSessionTTL, MaxSessionTTL].
 	ErrInvalidTTL = errors.New("quorumlock: invalid session TTL")
 
+	// ErrNoLeader is returned by Node.Leader when no session leads the role.
+	ErrNoLeader = errors.New("quorumlock: no leader")
+
 	// ErrForeignDataDir is returned by Start when the data directory was
 	// written by another cluster or another member ID.
 	ErrForeignDataDir = errors.New("quorumlock: data directory belongs to another cluster or member")

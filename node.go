@@ -116,6 +116,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			MaxSessions:        cfg.MaxSessions,
 			MaxLocksPerSession: cfg.MaxLocksPerSession,
 			MaxWaitersPerLock:  cfg.MaxWaitersPerLock,
+			MaxValueBytes:      MaxValueBytes,
 			MinTTL:             int64(MinSessionTTL),
 			MaxTTL:             int64(MaxSessionTTL),
 		},

@@ -305,20 +305,25 @@ func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Respon
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ctx's
 // error.
 func (s *Session) Acquire(ctx context.Context, name string) (*Lock, error) {
-	return s.acquire(ctx, name, false)
+	if err := checkName(name, s.names); err != nil {
+		return nil, err
+	}
+	return s.acquire(ctx, name, false, nil)
 }
 
 // TryAcquire takes the lock name if it is free (or already held by this
 // session) and returns ErrLocked otherwise; it never queues. Other errors
 // as for Acquire.
 func (s *Session) TryAcquire(ctx context.Context, name string) (*Lock, error) {
-	return s.acquire(ctx, name, true)
-}
-
-func (s *Session) acquire(ctx context.Context, name string, try bool) (*Lock, error) {
 	if err := checkName(name, s.names); err != nil {
 		return nil, err
 	}
+	return s.acquire(ctx, name, true, nil)
+}
+
+// acquire takes the lock (or role) key, a checked name; value is kept with
+// the grant.
+func (s *Session) acquire(ctx context.Context, name string, try bool, value []byte) (*Lock, error) {
 	if err := s.alive(); err != nil {
 		return nil, err
 	}
@@ -328,7 +333,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool) (*Lock, er
 	// the outcome fits within it.
 	wctx, cancel := s.waitContext(ctx)
 	defer cancel()
-	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try})
+	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try, Value: value})
 	if err != nil {
 		if wctx.Err() != nil && s.alive() == nil {
 			return s.settle(ctx, name, seq)

@@ -66,7 +66,7 @@ func (m *Machine) Apply(index, term uint64, cmd *Command) (Result, []Event) {
 	switch cmd.Op {
 	case OpOpenSession:
 		return m.openSession(index, cmd), nil
-	case OpAcquire, OpRelease, OpWithdraw, OpCloseSession:
+	case OpAcquire, OpRelease, OpWithdraw, OpCloseSession, OpProclaim:
 		return m.applySession(index, cmd)
 	case OpExpire:
 		return m.expire(index, term, cmd)
@@ -148,7 +148,9 @@ func (m *Machine) applySession(index uint64, cmd *Command) (Result, []Event) {
 	)
 	switch cmd.Op {
 	case OpAcquire:
-		res = m.acquire(index, id, s, cmd.Name, cmd.Try)
+		res = m.acquire(index, id, s, cmd)
+	case OpProclaim:
+		res = m.proclaim(id, cmd)
 	case OpRelease:
 		res, ev = m.release(index, id, s, cmd.Name, cmd.Token)
 	case OpWithdraw:
@@ -181,8 +183,9 @@ func (m *Machine) replay(id uint64, s *session, o *outcome) Result {
 	return Result{Code: CodeWithdrawn}
 }
 
-func (m *Machine) acquire(index, id uint64, s *session, name string, try bool) Result {
-	if !ValidName(name, m.lim.MaxNameBytes) {
+func (m *Machine) acquire(index, id uint64, s *session, cmd *Command) Result {
+	name, try := cmd.Name, cmd.Try
+	if !ValidKey(name, m.lim.MaxNameBytes) || len(cmd.Value) > m.lim.MaxValueBytes {
 		return Result{Code: CodeInvalid}
 	}
 	l, held := m.locks[name]
@@ -191,6 +194,9 @@ func (m *Machine) acquire(index, id uint64, s *session, name string, try bool) R
 			return Result{Code: CodeLimit}
 		}
 		m.locks[name] = lock{holder: id, token: index}
+		if len(cmd.Value) > 0 {
+			m.values[name] = slices.Clone(cmd.Value)
+		}
 		s.names.add(name)
 		return Result{Code: CodeOK, Token: index}
 	}
@@ -210,8 +216,27 @@ func (m *Machine) acquire(index, id uint64, s *session, name string, try bool) R
 		return Result{Code: CodeLimit}
 	}
 	m.queues[name] = append(q, id)
+	if len(cmd.Value) > 0 {
+		m.waitValues[waitKey{name, id}] = slices.Clone(cmd.Value)
+	}
 	s.names.add(name)
 	return Result{Code: CodeQueued}
+}
+
+func (m *Machine) proclaim(id uint64, cmd *Command) Result {
+	l, ok := m.locks[cmd.Name]
+	if !ok || l.holder != id || l.token != cmd.Token {
+		return Result{Code: CodeNotHeld}
+	}
+	if len(cmd.Value) > m.lim.MaxValueBytes {
+		return Result{Code: CodeInvalid}
+	}
+	if len(cmd.Value) == 0 {
+		delete(m.values, cmd.Name)
+	} else {
+		m.values[cmd.Name] = slices.Clone(cmd.Value)
+	}
+	return Result{Code: CodeOK, Token: l.token}
 }
 
 func (m *Machine) release(index, id uint64, s *session, name string, token uint64) (Result, []Event) {
@@ -238,6 +263,7 @@ func (m *Machine) withdraw(id uint64, s *session, name string) Result {
 	if s.names.has(name) {
 		s.names.remove(name)
 		m.setQueue(name, slices.DeleteFunc(m.queues[name], func(w uint64) bool { return w == id }))
+		delete(m.waitValues, waitKey{name, id})
 	}
 	return Result{Code: CodeWithdrawn}
 }
@@ -247,6 +273,7 @@ func (m *Machine) withdraw(id uint64, s *session, name string) Result {
 // keep every waiter a live session (invariant 8).
 func (m *Machine) handOff(index uint64, name string) (Event, bool) {
 	q := m.queues[name]
+	delete(m.values, name)
 	if len(q) == 0 {
 		delete(m.locks, name)
 		return Event{}, false
@@ -254,6 +281,10 @@ func (m *Machine) handOff(index uint64, name string) (Event, bool) {
 	next := q[0]
 	m.setQueue(name, q[1:])
 	m.locks[name] = lock{holder: next, token: index}
+	if v, ok := m.waitValues[waitKey{name, next}]; ok {
+		m.values[name] = v
+		delete(m.waitValues, waitKey{name, next})
+	}
 	return Event{Kind: EventGranted, Session: next, Name: name, Token: index}, true
 }
 
@@ -307,6 +338,9 @@ func (m *Machine) endSessions(index uint64, ids []uint64) []Event {
 		// One pass per lock, however many of its waiters end.
 		m.setQueue(name, slices.DeleteFunc(m.queues[name], func(w uint64) bool {
 			_, ending := slices.BinarySearch(ids, w)
+			if ending {
+				delete(m.waitValues, waitKey{name, w})
+			}
 			return ending
 		}))
 	}

@@ -21,7 +21,9 @@ const formatV1 byte = 1
 //	byte    Op
 //	then, by Op:
 //	OpOpenSession   varint TTL, uvarint Nonce
-//	OpAcquire       uvarint Session, Seq, Done; string Name; byte flags (bit 0: Try)
+//	OpAcquire       uvarint Session, Seq, Done; string Name; byte flags (bit 0: Try,
+//	                bit 1: a Value follows); [string Value]
+//	OpProclaim      uvarint Session, Seq, Done; string Name; uvarint Token; string Value
 //	OpRelease       uvarint Session, Seq, Done; string Name; uvarint Token
 //	OpWithdraw      uvarint Session, Seq, Done; string Name; uvarint Target
 //	OpCloseSession  uvarint Session, Seq, Done
@@ -31,7 +33,10 @@ const formatV1 byte = 1
 // has exactly one encoding, so Encode(Decode(data)) == data for all data that
 // Decode accepts.
 
-const flagTry byte = 1
+const (
+	flagTry   byte = 1
+	flagValue byte = 2
+)
 
 // Encode returns the binary encoding of cmd (see AppendEncode).
 func Encode(cmd *Command) []byte {
@@ -42,7 +47,7 @@ func encodedSizeHint(cmd *Command) int {
 	if cmd == nil {
 		return 2
 	}
-	return 2 + 5*binary.MaxVarintLen64 + len(cmd.Name) + len(cmd.IDs)*binary.MaxVarintLen64
+	return 2 + 6*binary.MaxVarintLen64 + len(cmd.Name) + len(cmd.Value) + len(cmd.IDs)*binary.MaxVarintLen64
 }
 
 // AppendEncode appends the encoding of cmd to b and returns the extended
@@ -65,7 +70,18 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		if cmd.Try {
 			flags |= flagTry
 		}
+		if len(cmd.Value) > 0 {
+			flags |= flagValue
+		}
 		b = append(b, flags)
+		if len(cmd.Value) > 0 {
+			b = appendString(b, string(cmd.Value))
+		}
+	case OpProclaim:
+		b = appendSessionSeq(b, cmd)
+		b = appendString(b, cmd.Name)
+		b = binary.AppendUvarint(b, cmd.Token)
+		b = appendString(b, string(cmd.Value))
 	case OpRelease:
 		b = appendSessionSeq(b, cmd)
 		b = appendString(b, cmd.Name)
@@ -127,10 +143,21 @@ func Decode(data []byte, cmd *Command) error {
 			d.sessionSeq(cmd)
 			cmd.Name = d.name()
 			flags := d.byte("flags")
-			if d.err == nil && flags&^flagTry != 0 {
+			if d.err == nil && flags&^(flagTry|flagValue) != 0 {
 				d.failAt(d.off-1, "unknown flags %#x", flags)
 			}
 			cmd.Try = flags&flagTry != 0
+			if flags&flagValue != 0 {
+				cmd.Value = d.value()
+				if d.err == nil && len(cmd.Value) == 0 {
+					d.fail("empty value with the value flag")
+				}
+			}
+		case OpProclaim:
+			d.sessionSeq(cmd)
+			cmd.Name = d.name()
+			cmd.Token = d.uvarint("token")
+			cmd.Value = d.value()
 		case OpRelease:
 			d.sessionSeq(cmd)
 			cmd.Name = d.name()
@@ -226,19 +253,31 @@ func (d *decoder) sessionSeq(cmd *Command) {
 	cmd.Done = d.uvarint("done")
 }
 
-// name reads a string (the only one a command has: its lock name).
-func (d *decoder) name() string {
-	n := d.uvarint("name length")
+// name reads the lock name.
+func (d *decoder) name() string { return string(d.bytes("name")) }
+
+// value reads a value: nil when empty, else a fresh copy.
+func (d *decoder) value() []byte {
+	b := d.bytes("value")
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// bytes reads a length-prefixed byte string, aliasing data.
+func (d *decoder) bytes(field string) []byte {
+	n := d.uvarint(field + " length")
 	if d.err != nil {
-		return ""
+		return nil
 	}
 	if left := len(d.data) - d.off; n > uint64(left) {
-		d.fail("name length %d exceeds the %d bytes left", n, left)
-		return ""
+		d.fail("%s length %d exceeds the %d bytes left", field, n, left)
+		return nil
 	}
-	s := string(d.data[d.off : d.off+int(n)])
+	b := d.data[d.off : d.off+int(n)]
 	d.off += int(n)
-	return s
+	return b
 }
 
 func (d *decoder) ids() []uint64 {

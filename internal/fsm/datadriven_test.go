@@ -155,6 +155,9 @@ func scanName(t *testing.T, d *datadriven.TestData) string {
 		d.Fatalf(t, "missing name")
 	}
 	name := arg.SingleVal(t)
+	if role, ok := strings.CutPrefix(name, "role:"); ok {
+		return RolePrefix + role
+	}
 	if strings.HasPrefix(name, `"`) {
 		var err error
 		if name, err = strconv.Unquote(name); err != nil {
@@ -162,6 +165,15 @@ func scanName(t *testing.T, d *datadriven.TestData) string {
 		}
 	}
 	return name
+}
+
+// scanValue reads value=S (a role's value); none or value=() is nil.
+func scanValue(t *testing.T, d *datadriven.TestData) []byte {
+	var v string
+	if d.MaybeScanArgs(t, "value", &v) && v != "" {
+		return []byte(v)
+	}
+	return nil
 }
 
 // scanCommand parses the commands that become log entries; ok is false for
@@ -182,6 +194,13 @@ func scanCommand(t *testing.T, d *datadriven.TestData, entryTerm uint64) (cmd Co
 		sessionSeq()
 		cmd.Name = scanName(t, d)
 		cmd.Try = d.HasArg("try")
+		cmd.Value = scanValue(t, d)
+	case "proclaim":
+		cmd.Op = OpProclaim
+		sessionSeq()
+		cmd.Name = scanName(t, d)
+		d.ScanArgs(t, "token", &cmd.Token)
+		cmd.Value = scanValue(t, d)
 	case "release":
 		cmd.Op = OpRelease
 		sessionSeq()

@@ -54,6 +54,9 @@ func formatLock(li LockInfo) string {
 	if len(li.Waiters) > 0 {
 		s += fmt.Sprintf(" waiters=%v", li.Waiters)
 	}
+	if li.Value != nil {
+		s += fmt.Sprintf(" value=%q", li.Value)
+	}
 	return s
 }
 
@@ -64,6 +67,16 @@ func formatLock(li LockInfo) string {
 func checkInvariants(m *Machine) error {
 	if len(m.sessions) > m.lim.MaxSessions {
 		return fmt.Errorf("%d sessions over the limit %d", len(m.sessions), m.lim.MaxSessions)
+	}
+	for name := range m.values {
+		if _, held := m.locks[name]; !held {
+			return fmt.Errorf("value kept for free lock %q", name)
+		}
+	}
+	for k := range m.waitValues {
+		if !slices.Contains(m.queues[k.name], k.session) {
+			return fmt.Errorf("value kept for session %d, which does not wait for %q", k.session, k.name)
+		}
 	}
 	for name, l := range m.locks {
 		if l.holder == 0 || l.token == 0 || l.token > m.applied {

@@ -12,6 +12,7 @@ const (
 	defaultMaxLocksPerSession   = 10_000
 	defaultMaxWaitersPerLock    = 10_000
 	defaultMaxPendingPerSession = 1_024
+	defaultMaxValueBytes        = 4_096
 	defaultMinTTL               = int64(1_000_000_000)   // 1 s in nanoseconds
 	defaultMaxTTL               = int64(600_000_000_000) // 10 min in nanoseconds
 )
@@ -37,6 +38,16 @@ type Machine struct {
 	// order; never an empty slice. Kept apart from locks so that the common
 	// uncontended lock costs one small map slot.
 	queues map[string][]uint64
+	// values holds the value of each held lock that has one, and
+	// waitValues the value each waiter will bring to its grant. Locks
+	// without values (the common case) cost nothing here.
+	values     map[string][]byte
+	waitValues map[waitKey][]byte
+}
+
+type waitKey struct {
+	name    string
+	session uint64
 }
 
 // lock is one held lock.
@@ -51,10 +62,12 @@ type lock struct {
 // fails with CodeInvalid, so the caller validates its configuration first.
 func New(l Limits) *Machine {
 	return &Machine{
-		lim:      withDefaults(l),
-		sessions: make(map[uint64]*session),
-		locks:    make(map[string]lock),
-		queues:   make(map[string][]uint64),
+		lim:        withDefaults(l),
+		sessions:   make(map[uint64]*session),
+		locks:      make(map[string]lock),
+		queues:     make(map[string][]uint64),
+		values:     make(map[string][]byte),
+		waitValues: make(map[waitKey][]byte),
 	}
 }
 
@@ -69,6 +82,7 @@ func withDefaults(l Limits) Limits {
 	def(&l.MaxLocksPerSession, defaultMaxLocksPerSession)
 	def(&l.MaxWaitersPerLock, defaultMaxWaitersPerLock)
 	def(&l.MaxPendingPerSession, defaultMaxPendingPerSession)
+	def(&l.MaxValueBytes, defaultMaxValueBytes)
 	if l.MinTTL <= 0 {
 		l.MinTTL = defaultMinTTL
 	}
@@ -114,7 +128,7 @@ func (m *Machine) Holder(name string) LockInfo {
 }
 
 func (m *Machine) info(name string, l lock) LockInfo {
-	return LockInfo{Name: name, Holder: l.holder, Token: l.token, Waiters: slices.Clone(m.queues[name])}
+	return LockInfo{Name: name, Holder: l.holder, Token: l.token, Waiters: slices.Clone(m.queues[name]), Value: slices.Clone(m.values[name])}
 }
 
 // Session returns the live session id, or false if it does not exist (never

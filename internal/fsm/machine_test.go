@@ -13,17 +13,18 @@ func TestLimitsDefaults(t *testing.T) {
 		MaxLocksPerSession:   10_000,
 		MaxWaitersPerLock:    10_000,
 		MaxPendingPerSession: 1_024,
+		MaxValueBytes:        4_096,
 		MinTTL:               1e9,
 		MaxTTL:               600e9,
 	}
 	if got := New(Limits{}).Limits(); got != want {
 		t.Errorf("zero limits: %+v, want %+v", got, want)
 	}
-	neg := Limits{-1, -1, -1, -1, -1, -1, -1}
+	neg := Limits{-1, -1, -1, -1, -1, -1, -1, -1}
 	if got := New(neg).Limits(); got != want {
 		t.Errorf("negative limits: %+v, want %+v", got, want)
 	}
-	set := Limits{1, 2, 3, 4, 5, 6, 7}
+	set := Limits{1, 2, 3, 4, 5, 6, 7, 8}
 	if got := New(set).Limits(); got != set {
 		t.Errorf("set limits: %+v, want %+v", got, set)
 	}

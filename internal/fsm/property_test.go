@@ -111,7 +111,7 @@ func (h *harness) command(rt *rapid.T) Command {
 		OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire,
 		OpRelease, OpRelease, OpRelease, OpRelease, OpRelease,
 		OpWithdraw, OpWithdraw,
-		OpCloseSession, OpExpire, Op(0),
+		OpCloseSession, OpExpire, Op(0), OpProclaim,
 	}).Draw(rt, "op")
 	cmd := Command{Op: op}
 	switch op {
@@ -169,13 +169,17 @@ func (h *harness) command(rt *rapid.T) Command {
 			h.skipped = slices.Delete(h.skipped, i, i+1)
 		}
 		cmd.Try = rapid.IntRange(0, 4).Draw(rt, "try") == 0
-	case OpRelease:
+		cmd.Value = rapid.SampledFrom([][]byte{nil, nil, []byte("v1"), []byte("v2")}).Draw(rt, "value")
+	case OpRelease, OpProclaim:
 		if held := h.a.SessionLocks(cmd.Session); len(held) > 0 && rapid.IntRange(0, 9).Draw(rt, "releaseHeld") < 7 {
 			cmd.Name = rapid.SampledFrom(held).Draw(rt, "held").Name
 		}
 		cmd.Token = h.a.Holder(cmd.Name).Token
 		if rapid.IntRange(0, 3).Draw(rt, "staleToken") == 0 {
 			cmd.Token = rapid.Uint64Range(0, h.index+1).Draw(rt, "token")
+		}
+		if op == OpProclaim {
+			cmd.Value = rapid.SampledFrom([][]byte{nil, []byte("p1"), []byte("p2")}).Draw(rt, "value")
 		}
 	}
 	return cmd
@@ -201,7 +205,7 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 	resA, evA := h.a.Apply(h.index, h.term, cmd)
 	decoded, resB, evB := h.b.ApplyEntry(h.index, h.term, Encode(cmd))
 	h.compare(rt, resA, evA, resB, evB)
-	if cmd.Op >= OpOpenSession && cmd.Op <= OpExpire && !equalCommand(decoded, normalized(cmd)) {
+	if cmd.Op >= OpOpenSession && cmd.Op <= OpProclaim && !equalCommand(decoded, normalized(cmd)) {
 		rt.Fatalf("decoded %+v, encoded %+v", decoded, *cmd)
 	}
 	if h.a.Applied() != h.index {
@@ -407,14 +411,17 @@ func normalized(cmd *Command) Command {
 	switch cmd.Op {
 	case OpOpenSession:
 		out.TTL, out.Nonce = cmd.TTL, cmd.Nonce
-	case OpAcquire, OpRelease, OpWithdraw, OpCloseSession:
+	case OpAcquire, OpRelease, OpWithdraw, OpCloseSession, OpProclaim:
 		out.Session, out.Seq, out.Done = cmd.Session, cmd.Seq, cmd.Done
 		if cmd.Op != OpCloseSession {
 			out.Name = cmd.Name
 		}
 		out.Try = cmd.Op == OpAcquire && cmd.Try
-		if cmd.Op == OpRelease {
+		if cmd.Op == OpRelease || cmd.Op == OpProclaim {
 			out.Token = cmd.Token
+		}
+		if (cmd.Op == OpAcquire || cmd.Op == OpProclaim) && len(cmd.Value) > 0 {
+			out.Value = cmd.Value
 		}
 		if cmd.Op == OpWithdraw {
 			out.Target = cmd.Target

@@ -18,6 +18,8 @@ func (o Op) String() string {
 		return "close-session"
 	case OpExpire:
 		return "expire"
+	case OpProclaim:
+		return "proclaim"
 	}
 	return "op(" + strconv.Itoa(int(o)) + ")"
 }

@@ -34,6 +34,10 @@ const (
 	// OpCloseSession releases every lock of Session, drops its waits and ends
 	// it. Fields: Session, Seq, Done.
 	OpCloseSession Op = 5
+	// OpProclaim replaces the value of Name if Session holds it under Token
+	// (CodeOK), and fails with CodeNotHeld otherwise. Fields: Session, Seq,
+	// Done, Name, Token, Value.
+	OpProclaim Op = 7
 	// OpExpire ends every live session in IDs as OpCloseSession does. It is
 	// ignored (CodeStaleTerm) unless Term equals the term of the entry that
 	// carries it: only the leader whose clock saw the TTL pass may expire.
@@ -68,6 +72,11 @@ type Command struct {
 	IDs []uint64
 	// Term is the term of the leader that decided the expiry (OpExpire).
 	Term uint64
+	// Value is the value an acquire attaches to its grant (kept while the
+	// session holds the lock; a waiter's value travels with it), or the new
+	// value of an OpProclaim. Leader election stores the leader's value
+	// here. At most MaxValueBytes.
+	Value []byte
 	// Target is the Seq of the acquire an OpWithdraw takes back. If that
 	// acquire has not been applied yet, its outcome is recorded as
 	// CodeWithdrawn so that it takes no effect when it arrives later.
@@ -137,6 +146,8 @@ type Limits struct {
 	// MaxPendingPerSession bounds remembered outcomes (sequence numbers at or
 	// above Done) per session. The default is 1,024.
 	MaxPendingPerSession int
+	// MaxValueBytes bounds Command.Value. The default is 4,096.
+	MaxValueBytes int
 	// MinTTL and MaxTTL bound session TTLs in nanoseconds. The defaults are
 	// 1 s and 10 min.
 	MinTTL, MaxTTL int64
@@ -148,6 +159,7 @@ type LockInfo struct {
 	Holder  uint64   // 0 when free
 	Token   uint64   // token of the current grant; 0 when free
 	Waiters []uint64 // sessions waiting, in grant order
+	Value   []byte   // the holder's value (Command.Value); nil if none
 }
 
 // SessionInfo describes one live session.

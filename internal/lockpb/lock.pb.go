@@ -35,6 +35,7 @@ const (
 	Op_OP_RELEASE       Op = 3
 	Op_OP_WITHDRAW      Op = 4
 	Op_OP_CLOSE_SESSION Op = 5
+	Op_OP_PROCLAIM      Op = 6
 )
 
 // Enum value maps for Op.
@@ -46,6 +47,7 @@ var (
 		3: "OP_RELEASE",
 		4: "OP_WITHDRAW",
 		5: "OP_CLOSE_SESSION",
+		6: "OP_PROCLAIM",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":   0,
@@ -54,6 +56,7 @@ var (
 		"OP_RELEASE":       3,
 		"OP_WITHDRAW":      4,
 		"OP_CLOSE_SESSION": 5,
+		"OP_PROCLAIM":      6,
 	}
 )
 
@@ -283,7 +286,9 @@ type Request struct {
 	// for the grant.
 	NoWait bool `protobuf:"varint,9,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
 	// OP_WITHDRAW: the seq of the acquire being taken back.
-	Target        uint64 `protobuf:"varint,10,opt,name=target,proto3" json:"target,omitempty"`
+	Target uint64 `protobuf:"varint,10,opt,name=target,proto3" json:"target,omitempty"`
+	// OP_ACQUIRE, OP_PROCLAIM: the value kept with the grant (leader election).
+	Value         []byte `protobuf:"bytes,11,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +391,13 @@ func (x *Request) GetTarget() uint64 {
 		return x.Target
 	}
 	return 0
+}
+
+func (x *Request) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type Response struct {
@@ -525,6 +537,7 @@ type HolderResponse struct {
 	Token         uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	Waiters       []uint64               `protobuf:"varint,5,rep,packed,name=waiters,proto3" json:"waiters,omitempty"`
 	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Value         []byte                 `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -599,6 +612,13 @@ func (x *HolderResponse) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *HolderResponse) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type KeepAliveRequest struct {
@@ -856,7 +876,7 @@ const file_lock_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\"S\n" +
 	"\tPeerFrame\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\x12\x1a\n" +
-	"\bmessages\x18\x02 \x03(\fR\bmessages\"\xf0\x01\n" +
+	"\bmessages\x18\x02 \x03(\fR\bmessages\"\x86\x02\n" +
 	"\aRequest\x12!\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x11.quorumlock.v1.OpR\x02op\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x10\n" +
@@ -868,7 +888,8 @@ const file_lock_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\b \x01(\x03R\x05ttlMs\x12\x17\n" +
 	"\ano_wait\x18\t \x01(\bR\x06noWait\x12\x16\n" +
 	"\x06target\x18\n" +
-	" \x01(\x04R\x06target\"\xb6\x01\n" +
+	" \x01(\x04R\x06target\x12\x14\n" +
+	"\x05value\x18\v \x01(\fR\x05value\"\xb6\x01\n" +
 	"\bResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +
@@ -878,7 +899,7 @@ const file_lock_proto_rawDesc = "" +
 	"\x06queued\x18\x05 \x01(\bR\x06queued\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\"#\n" +
 	"\rHolderRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xbe\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd4\x01\n" +
 	"\x0eHolderResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +
@@ -886,7 +907,8 @@ const file_lock_proto_rawDesc = "" +
 	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
 	"\awaiters\x18\x05 \x03(\x04R\awaiters\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"D\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\"D\n" +
 	"\x10KeepAliveRequest\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\x04R\x05batch\x12\x1a\n" +
 	"\bsessions\x18\x02 \x03(\x04R\bsessions\"\xa3\x01\n" +
@@ -903,7 +925,7 @@ const file_lock_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06commit\x18\x04 \x01(\x04R\x06commit\x12\x18\n" +
-	"\aapplied\x18\x05 \x01(\x04R\aapplied*t\n" +
+	"\aapplied\x18\x05 \x01(\x04R\aapplied*\x85\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fOP_OPEN_SESSION\x10\x01\x12\x0e\n" +
@@ -912,7 +934,8 @@ const file_lock_proto_rawDesc = "" +
 	"\n" +
 	"OP_RELEASE\x10\x03\x12\x0f\n" +
 	"\vOP_WITHDRAW\x10\x04\x12\x14\n" +
-	"\x10OP_CLOSE_SESSION\x10\x05*\xad\x01\n" +
+	"\x10OP_CLOSE_SESSION\x10\x05\x12\x0f\n" +
+	"\vOP_PROCLAIM\x10\x06*\xad\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x13\n" +
 	"\x0fCODE_NOT_LEADER\x10\x01\x12\x0f\n" +
@@ -925,12 +948,13 @@ const file_lock_proto_rawDesc = "" +
 	"\x0eCODE_WITHDRAWN\x10\a\x12\x14\n" +
 	"\x10CODE_UNAVAILABLE\x10\b2H\n" +
 	"\x04Peer\x12@\n" +
-	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x012\xa4\x02\n" +
+	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x012\xee\x02\n" +
 	"\x04Lock\x12:\n" +
 	"\aPropose\x12\x16.quorumlock.v1.Request\x1a\x17.quorumlock.v1.Response\x12E\n" +
 	"\x06Holder\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse\x12R\n" +
 	"\tKeepAlive\x12\x1f.quorumlock.v1.KeepAliveRequest\x1a .quorumlock.v1.KeepAliveResponse(\x010\x01\x12E\n" +
-	"\x06Status\x12\x1c.quorumlock.v1.StatusRequest\x1a\x1d.quorumlock.v1.StatusResponseB2Z0github.com/quorumlock/quorumlock/internal/lockpbb\x06proto3"
+	"\x06Status\x12\x1c.quorumlock.v1.StatusRequest\x1a\x1d.quorumlock.v1.StatusResponse\x12H\n" +
+	"\aObserve\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse0\x01B2Z0github.com/quorumlock/quorumlock/internal/lockpbb\x06proto3"
 
 var (
 	file_lock_proto_rawDescOnce sync.Once
@@ -971,13 +995,15 @@ var file_lock_proto_depIdxs = []int32{
 	6,  // 7: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
 	8,  // 8: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
 	10, // 9: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
-	3,  // 10: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
-	5,  // 11: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
-	7,  // 12: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
-	9,  // 13: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
-	11, // 14: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
+	6,  // 10: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
+	3,  // 11: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
+	5,  // 12: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
+	7,  // 13: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
+	9,  // 14: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
+	11, // 15: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
+	7,  // 16: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name

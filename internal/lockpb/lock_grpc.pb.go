@@ -132,6 +132,7 @@ const (
 	Lock_Holder_FullMethodName    = "/quorumlock.v1.Lock/Holder"
 	Lock_KeepAlive_FullMethodName = "/quorumlock.v1.Lock/KeepAlive"
 	Lock_Status_FullMethodName    = "/quorumlock.v1.Lock/Status"
+	Lock_Observe_FullMethodName   = "/quorumlock.v1.Lock/Observe"
 )
 
 // LockClient is the client API for Lock service.
@@ -146,6 +147,9 @@ type LockClient interface {
 	Holder(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (*HolderResponse, error)
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Observe streams the state of one lock (or role) as this replica applies
+	// changes: first the current state, then every change.
+	Observe(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HolderResponse], error)
 }
 
 type lockClient struct {
@@ -199,6 +203,25 @@ func (c *lockClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *lockClient) Observe(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HolderResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Lock_ServiceDesc.Streams[1], Lock_Observe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[HolderRequest, HolderResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Lock_ObserveClient = grpc.ServerStreamingClient[HolderResponse]
+
 // LockServer is the server API for Lock service.
 // All implementations must embed UnimplementedLockServer
 // for forward compatibility.
@@ -211,6 +234,9 @@ type LockServer interface {
 	Holder(context.Context, *HolderRequest) (*HolderResponse, error)
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Observe streams the state of one lock (or role) as this replica applies
+	// changes: first the current state, then every change.
+	Observe(*HolderRequest, grpc.ServerStreamingServer[HolderResponse]) error
 	mustEmbedUnimplementedLockServer()
 }
 
@@ -232,6 +258,9 @@ func (UnimplementedLockServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveReque
 }
 func (UnimplementedLockServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedLockServer) Observe(*HolderRequest, grpc.ServerStreamingServer[HolderResponse]) error {
+	return status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedLockServer) mustEmbedUnimplementedLockServer() {}
 func (UnimplementedLockServer) testEmbeddedByValue()              {}
@@ -315,6 +344,17 @@ func _Lock_Status_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Lock_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(HolderRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LockServer).Observe(m, &grpc.GenericServerStream[HolderRequest, HolderResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Lock_ObserveServer = grpc.ServerStreamingServer[HolderResponse]
+
 // Lock_ServiceDesc is the grpc.ServiceDesc for Lock service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -341,6 +381,11 @@ var Lock_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Lock_KeepAlive_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Observe",
+			Handler:       _Lock_Observe_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "lock.proto",

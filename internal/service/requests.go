@@ -26,6 +26,7 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		Try:     req.GetTry(),
 		Token:   req.GetToken(),
 		Target:  req.GetTarget(),
+		Value:   req.GetValue(),
 	}
 	var key reqKey
 	waitGrant := false
@@ -42,12 +43,17 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		cmd.Op = fsm.OpWithdraw
 	case lockpb.Op_OP_CLOSE_SESSION:
 		cmd.Op = fsm.OpCloseSession
+	case lockpb.Op_OP_PROCLAIM:
+		cmd.Op = fsm.OpProclaim
 	default:
 		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
 	}
-	if cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw {
-		if !fsm.ValidName(cmd.Name, s.m.Limits().MaxNameBytes) {
+	if cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim {
+		if !fsm.ValidKey(cmd.Name, s.m.Limits().MaxNameBytes) {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
+		}
+		if len(cmd.Value) > s.m.Limits().MaxValueBytes {
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
 		}
 	}
 
@@ -168,7 +174,7 @@ func response(r fsm.Result) *lockpb.Response {
 // applied that index. It works on every replica; one cut off from the
 // majority blocks until ctx ends.
 func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockpb.HolderResponse, error) {
-	if !fsm.ValidName(req.GetName(), s.m.Limits().MaxNameBytes) {
+	if !fsm.ValidKey(req.GetName(), s.m.Limits().MaxNameBytes) {
 		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
 	}
 	if err := s.linearize(ctx); err != nil {
@@ -177,7 +183,11 @@ func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockp
 	s.mu.Lock()
 	li := s.m.Holder(req.GetName())
 	s.mu.Unlock()
-	return &lockpb.HolderResponse{Session: li.Holder, Token: li.Token, Waiters: li.Waiters}, nil
+	return holderResponse(li), nil
+}
+
+func holderResponse(li fsm.LockInfo) *lockpb.HolderResponse {
+	return &lockpb.HolderResponse{Session: li.Holder, Token: li.Token, Waiters: li.Waiters, Value: li.Value}
 }
 
 func (s *Service) linearize(ctx context.Context) error {

@@ -67,6 +67,7 @@ type Service struct {
 	expiring map[uint64]bool
 	requests map[reqKey][]chan outcome
 	grants   map[uint64]map[string][]chan outcome
+	watchers map[string][]*watcher
 	stopc    chan struct{}
 	stopOnce sync.Once
 	runDone  chan struct{}
@@ -106,6 +107,7 @@ func New(cfg Config) *Service {
 		expiring: make(map[uint64]bool),
 		requests: make(map[reqKey][]chan outcome),
 		grants:   make(map[uint64]map[string][]chan outcome),
+		watchers: make(map[string][]*watcher),
 		stopc:    make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
@@ -174,6 +176,9 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 				}
 			}
 		}
+	}
+	if len(s.watchers) > 0 {
+		s.notifyWatchers()
 	}
 }
 

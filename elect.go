@@ -1,0 +1,282 @@
+package quorumlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// Leader election is a lock named for the role, in a namespace of its own
+// (a role never collides with a lock of the same name), whose fencing token
+// is the leader's epoch (DESIGN.md; etcd's concurrency.Election and
+// Curator's LeaderLatch work the same way). Candidates queue in FIFO order
+// and only the first is woken when the leader goes: no thundering herd.
+
+// LeaderInfo describes a role's leadership as of a read or an Observe event.
+type LeaderInfo struct {
+	Role string
+	// Session is the leader's session ID; 0 when the role has no leader.
+	Session uint64
+	// Epoch is the leader's fencing token. In an Observe event without a
+	// leader it is the epoch of the last leader that stream reported (0 if
+	// none), so epochs in a stream never decrease.
+	Epoch Token
+	// Value is what the leader published with Elect or Proclaim.
+	Value []byte
+}
+
+// HasLeader reports whether the role had a leader.
+func (i LeaderInfo) HasLeader() bool { return i.Session != 0 }
+
+// MaxValueBytes bounds the value of a leadership (Elect, Proclaim).
+const MaxValueBytes = 4096
+
+func roleKey(role string) string { return fsm.RolePrefix + role }
+
+func checkValue(v []byte) error {
+	if len(v) > MaxValueBytes {
+		return fmt.Errorf("%w: value of %d bytes (at most %d)", ErrLimit, len(v), MaxValueBytes)
+	}
+	return nil
+}
+
+// Leadership is a session's term as leader of a role. Its methods are safe
+// for concurrent use.
+type Leadership struct {
+	role  string
+	s     *Session
+	lock  *Lock
+	owned bool // the session was opened for this leadership (Node.Elect)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// Elect campaigns for role with value and blocks until this session leads
+// it (FIFO among candidates) or ctx ends. If ctx ends first, the candidacy
+// is withdrawn as Acquire's is, so a candidate that left never becomes
+// leader. A session that already leads the role gets its current
+// leadership (with its value unchanged).
+//
+// Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
+// ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
+// ErrClosed, ctx's error.
+func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
+	if err := checkName(role, s.names); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	l, err := s.acquire(ctx, roleKey(role), false, value)
+	if err != nil {
+		return nil, err
+	}
+	return newLeadership(role, s, l, false), nil
+}
+
+func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
+	ld := &Leadership{role: role, s: s, lock: l, owned: owned}
+	ld.ctx, ld.cancel = context.WithCancel(context.Background())
+	go func() {
+		<-l.Lost()
+		ld.end()
+	}()
+	return ld
+}
+
+// Elect opens a session on this replica dedicated to the leadership and
+// campaigns with it (see Session.Elect). The session is closed when the
+// leadership is resigned, and ends with it when it is lost.
+func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
+	if err := checkName(role, n.cfg.MaxNameBytes); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	s, err := n.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.acquire(ctx, roleKey(role), false, value)
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.electionTimeout())
+		defer cancel()
+		s.Close(cctx)
+		return nil, err
+	}
+	return newLeadership(role, s, l, true), nil
+}
+
+// end finishes the leadership locally: Done closes and Context is cancelled.
+// An owned session has no other use, so it is closed (best effort) to free
+// the role at once.
+func (l *Leadership) end() {
+	l.once.Do(func() {
+		l.cancel()
+		if l.owned && l.s.alive() == nil {
+			l.s.hb.background(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), l.s.ttl)
+				defer cancel()
+				stop := context.AfterFunc(chanCtx(l.s.hb.closed), cancel)
+				defer stop()
+				l.s.Close(ctx)
+			})
+		}
+	})
+}
+
+// Role returns the role led.
+func (l *Leadership) Role() string { return l.role }
+
+// Epoch returns the leadership's epoch: the fencing token of the role's
+// grant. It strictly increases with every new leader of the role; hand it
+// to downstream systems so they can reject an old leader (Fence).
+func (l *Leadership) Epoch() Token { return l.lock.Token() }
+
+// Session returns the session that leads.
+func (l *Leadership) Session() *Session { return l.s }
+
+// Done is closed when the leadership is over: resigned, or lost with its
+// session (closed, expired, lease run out, replica stopped). It closes
+// before any other candidate can be elected (the client's lease ends before
+// the leader expires the session).
+func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context cancelled when Done closes: run the leader's
+// work under it.
+func (l *Leadership) Context() context.Context { return l.ctx }
+
+// Resign gives up the leadership: the next candidate is elected with a
+// larger epoch. With Node.Elect, the dedicated session is closed too. Done
+// closes whatever the outcome. Errors as for Lock.Release (ErrNotHeld if
+// the leadership was already lost).
+func (l *Leadership) Resign(ctx context.Context) error {
+	defer l.end()
+	if l.owned {
+		return l.s.Close(ctx)
+	}
+	return l.lock.Release(ctx)
+}
+
+// Proclaim replaces the value published with the leadership, without giving
+// it up. A deposed leader's Proclaim fails with ErrNotHeld (the epoch is no
+// longer current) and changes nothing. Other errors: ErrLimit for a value
+// over 4 KiB, ErrSessionExpired, ErrClosed, ErrUnknownOutcome wrapping ctx's
+// error if ctx ended before the answer.
+func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
+	s := l.s
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	if err := s.alive(); err != nil {
+		return err
+	}
+	select {
+	case <-l.lock.Lost():
+		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
+	default:
+	}
+	seq, done := s.nextSeq()
+	defer s.finish(seq)
+	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_PROCLAIM, Session: s.id, Seq: seq, Done: done,
+		Name: roleKey(l.role), Token: uint64(l.Epoch()), Value: value})
+	if err != nil {
+		if ctx.Err() != nil && s.alive() == nil {
+			return fmt.Errorf("%w: proclaiming %q: %w", ErrUnknownOutcome, l.role, err)
+		}
+		return err
+	}
+	switch resp.GetCode() {
+	case lockpb.Code_CODE_OK:
+		return nil
+	case lockpb.Code_CODE_NOT_HELD:
+		return fmt.Errorf("%w: not the leader of %q at epoch %d", ErrNotHeld, l.role, l.Epoch())
+	case lockpb.Code_CODE_INVALID:
+		return fmt.Errorf("%w: value of %d bytes", ErrLimit, len(value))
+	default:
+		return fmt.Errorf("quorumlock: proclaim %q: %s", l.role, resp.GetCode())
+	}
+}
+
+// Leader returns the current leader of role as of a linearizable read.
+// Errors: ErrNoLeader, ErrInvalidName, ErrClosed, ctx's error.
+func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
+	if err := checkName(role, n.cfg.MaxNameBytes); err != nil {
+		return LeaderInfo{}, err
+	}
+	if n.isClosed() {
+		return LeaderInfo{}, ErrClosed
+	}
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	resp, err := n.svc.Holder(ctx, &lockpb.HolderRequest{Name: roleKey(role)})
+	if err != nil {
+		return LeaderInfo{}, n.ctxErr(ctx, err)
+	}
+	if resp.GetSession() == 0 {
+		return LeaderInfo{Role: role}, fmt.Errorf("%w for %q", ErrNoLeader, role)
+	}
+	return LeaderInfo{Role: role, Session: resp.GetSession(), Epoch: Token(resp.GetToken()), Value: resp.GetValue()}, nil
+}
+
+// Observe streams the leadership of role as this replica applies it: first
+// the current state (after a linearizable read), then every change in log
+// order. Between two leaders it always reports an event without a leader,
+// epochs never decrease, and a value change within an epoch may be merged
+// with the next event when the receiver is slow. It keeps working across
+// leader changes of the cluster and outages of this replica's link to the
+// majority (events resume when the replica catches up). The channel closes
+// when ctx ends or the Node closes.
+func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
+	out := make(chan LeaderInfo)
+	if checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
+		close(out)
+		return out
+	}
+	ctx, cancel := n.bound(ctx)
+	src := n.svc.Watch(ctx, roleKey(role))
+	go func() {
+		defer cancel()
+		defer close(out)
+		observe(ctx, role, src, out)
+	}()
+	return out
+}
+
+// observe turns lock states into leadership events: a change of leader is
+// reported as "no leader" then the new leader.
+func observe(ctx context.Context, role string, src <-chan fsm.LockInfo, out chan<- LeaderInfo) {
+	var last LeaderInfo
+	first := true
+	send := func(ev LeaderInfo) bool {
+		select {
+		case out <- ev:
+			last, first = ev, false
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for li := range src {
+		ev := LeaderInfo{Role: role, Session: li.Holder, Epoch: Token(li.Token), Value: li.Value}
+		if ev.Session == 0 {
+			ev.Epoch = last.Epoch
+			if !first && !last.HasLeader() {
+				continue
+			}
+		} else if last.HasLeader() && last.Epoch != ev.Epoch {
+			if !send(LeaderInfo{Role: role, Epoch: last.Epoch}) {
+				return
+			}
+		}
+		if !send(ev) {
+			return
+		}
+	}
+}
