@@ -2,6 +2,7 @@ package quorumlock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -70,6 +71,17 @@ type Config struct {
 	// (raft traffic and client requests forwarded to the leader). The
 	// default dials TCP. Tests use it to inject network faults.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+	// TLS, if set, is the server side of TLS on this replica's port, for
+	// peers and clients alike: its certificate, and for mutual TLS
+	// ClientAuth = tls.RequireAndVerifyClientCert with ClientCAs. PeerTLS
+	// must then be set too. nil: plaintext.
+	TLS *tls.Config
+
+	// PeerTLS, if set, is the client side of TLS for this replica's
+	// connections to its peers (RootCAs, and a certificate for mutual TLS).
+	// It is required with TLS.
+	PeerTLS *tls.Config
 
 	// MaxNameBytes bounds lock names. The default is 256.
 	MaxNameBytes int
@@ -156,6 +168,9 @@ func (c *Config) validate() error {
 			return invalid("Peers", "members %d and %d share address %q", other, id, addr)
 		}
 		seen[key] = id
+	}
+	if (c.TLS == nil) != (c.PeerTLS == nil) {
+		return invalid("PeerTLS", "TLS and PeerTLS must be set together")
 	}
 	if c.DataDir == "" {
 		return invalid("DataDir", "must be set")

@@ -113,15 +113,27 @@ func (h *heartbeater) run() {
 }
 
 // collect returns the sessions due for a heartbeat, marked in flight, and
-// the earliest time another one falls due (zero if none).
+// the earliest time another one falls due (zero if none). A session due
+// within TTL/6 goes with the batch: heartbeating a little early costs
+// nothing, and it aligns the sessions of a process into one batch per
+// interval instead of one per session.
 func (h *heartbeater) collect(now time.Time) (due []*Session, next time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range h.sessions {
 		s.mu.Lock()
+		if !s.ended && !s.hbInflight && !s.nextSend.After(now) {
+			s.hbInflight = true
+			due = append(due, s)
+		}
+		s.mu.Unlock()
+	}
+	for _, s := range h.sessions {
+		s.mu.Lock()
 		switch {
 		case s.ended || s.hbInflight:
-		case !s.nextSend.After(now):
+		case len(due) > 0 && !s.nextSend.After(now.Add(s.ttl/6)):
+			// Due soon: joins the batch that goes now.
 			s.hbInflight = true
 			due = append(due, s)
 		case next.IsZero() || s.nextSend.Before(next):

@@ -2,17 +2,21 @@ package quorumlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -111,6 +115,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.baseCtx, n.cancel = context.WithCancelCause(context.Background())
 	n.svc = service.New(service.Config{
+		Peers: cfg.Peers,
 		Limits: fsm.Limits{
 			MaxNameBytes:       cfg.MaxNameBytes,
 			MaxSessions:        cfg.MaxSessions,
@@ -133,8 +138,9 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		SnapshotStatus: func(id uint64, st raft.SnapshotStatus) {
 			n.raft.ReportSnapshot(id, st)
 		},
-		Dialer: cfg.Dialer,
-		Logger: n.log,
+		Dialer:      cfg.Dialer,
+		DialOptions: peerDialOptions(cfg.PeerTLS),
+		Logger:      n.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("quorumlock: transport: %w", err)
@@ -170,7 +176,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 	}
 	n.lis = lis
-	n.server = grpc.NewServer()
+	n.server = grpc.NewServer(serverOptions(cfg.TLS)...)
 	tr.Register(n.server)
 	lockpb.RegisterLockServer(n.server, n.svc)
 	n.router = newRouter(n)
@@ -187,6 +193,27 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go n.hb.run()
 	n.log.Info("replica started", zap.String("addr", lis.Addr().String()), zap.Int("members", len(cfg.Peers)))
 	return n, nil
+}
+
+// serverOptions: TLS if configured, and a keepalive policy that admits the
+// clients' one-second pings (dialOptions).
+func serverOptions(tlsCfg *tls.Config) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	return opts
+}
+
+// peerDialOptions are the transport's: TLS when configured (the transport
+// adds its own dialer).
+func peerDialOptions(tlsCfg *tls.Config) []grpc.DialOption {
+	if tlsCfg == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
 }
 
 func checkIdentity(store storage.LogStore, want storage.Identity, dir string) error {

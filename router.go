@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -155,11 +154,7 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, errNoLeader
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if d := r.n.cfg.Dialer; d != nil {
-		opts = append(opts, grpc.WithContextDialer(d))
-	}
-	cc, err := grpc.NewClient(addr, opts...)
+	cc, err := grpc.NewClient(addr, dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer)...)
 	if err != nil {
 		return nil, err
 	}

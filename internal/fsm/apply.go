@@ -70,6 +70,8 @@ func (m *Machine) Apply(index, term uint64, cmd *Command) (Result, []Event) {
 		return m.applySession(index, cmd)
 	case OpExpire:
 		return m.expire(index, term, cmd)
+	case OpRevoke:
+		return m.expire(index, term, &Command{Op: OpExpire, Term: term, IDs: cmd.IDs})
 	}
 	return Result{Code: CodeInvalid}, nil
 }

@@ -28,6 +28,7 @@ const formatV1 byte = 1
 //	OpWithdraw      uvarint Session, Seq, Done; string Name; uvarint Target
 //	OpCloseSession  uvarint Session, Seq, Done
 //	OpExpire        uvarint Term; uvarint count; count x uvarint ID
+//	OpRevoke        uvarint Nonce; uvarint count; count x uvarint ID
 //
 // Fields that do not matter for the Op are not written. Every Command value
 // has exactly one encoding, so Encode(Decode(data)) == data for all data that
@@ -94,10 +95,18 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		b = appendSessionSeq(b, cmd)
 	case OpExpire:
 		b = binary.AppendUvarint(b, cmd.Term)
-		b = binary.AppendUvarint(b, uint64(len(cmd.IDs)))
-		for _, id := range cmd.IDs {
-			b = binary.AppendUvarint(b, id)
-		}
+		b = appendIDs(b, cmd.IDs)
+	case OpRevoke:
+		b = binary.AppendUvarint(b, cmd.Nonce)
+		b = appendIDs(b, cmd.IDs)
+	}
+	return b
+}
+
+func appendIDs(b []byte, ids []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, id)
 	}
 	return b
 }
@@ -170,6 +179,9 @@ func Decode(data []byte, cmd *Command) error {
 			d.sessionSeq(cmd)
 		case OpExpire:
 			cmd.Term = d.uvarint("term")
+			cmd.IDs = d.ids()
+		case OpRevoke:
+			cmd.Nonce = d.uvarint("nonce")
 			cmd.IDs = d.ids()
 		default:
 			d.failAt(1, "unknown op %d", op)

@@ -23,6 +23,7 @@ func sampleCommands() []Command {
 		{Op: OpAcquire, Session: 1, Seq: 4, Name: "\x00role", Value: []byte("host:1")},
 		{Op: OpProclaim, Session: 1, Seq: 5, Name: "\x00role", Token: 9, Value: []byte("host:2")},
 		{Op: OpProclaim, Session: 1, Seq: 6, Name: "\x00role", Token: 9},
+		{Op: OpRevoke, Nonce: 77, IDs: []uint64{3, 1}},
 		{Op: OpCloseSession, Session: 7, Seq: 303, Done: 303},
 		{Op: OpExpire, Term: 3},
 		{Op: OpExpire, Term: math.MaxUint64, IDs: []uint64{5, 1, math.MaxUint64, 1}},

@@ -59,6 +59,18 @@ func runScript(t *testing.T, path string) {
 			return ""
 		case "holder":
 			return formatLock(m.Holder(scanName(t, d)))
+		case "locks":
+			var after string
+			limit := 100
+			d.MaybeScanArgs(t, "after", &after)
+			d.MaybeScanArgs(t, "limit", &limit)
+			page, more := m.Locks(after, limit)
+			var b strings.Builder
+			for _, li := range page {
+				fmt.Fprintf(&b, "%s held=%d\n", formatLock(li), m.Held(li.Holder))
+			}
+			fmt.Fprintf(&b, "more=%v\n", more)
+			return b.String()
 		case "sessions":
 			var b strings.Builder
 			for _, s := range m.Sessions() {
@@ -214,9 +226,12 @@ func scanCommand(t *testing.T, d *datadriven.TestData, entryTerm uint64) (cmd Co
 	case "close":
 		cmd.Op = OpCloseSession
 		sessionSeq()
-	case "expire":
+	case "expire", "revoke":
 		cmd.Op = OpExpire
 		cmd.Term = entryTerm
+		if d.Cmd == "revoke" {
+			cmd.Op, cmd.Term = OpRevoke, 0
+		}
 		d.MaybeScanArgs(t, "term", &cmd.Term)
 		if arg, ok := d.Arg("ids"); ok {
 			for i := range arg.Vals {

@@ -131,6 +131,56 @@ func (m *Machine) info(name string, l lock) LockInfo {
 	return LockInfo{Name: name, Holder: l.holder, Token: l.token, Waiters: slices.Clone(m.queues[name]), Value: slices.Clone(m.values[name])}
 }
 
+// Locks returns up to limit held locks (roles included, their keys starting
+// with RolePrefix) whose keys sort after the key after, in key order, and
+// whether more follow. It sorts every key: for operators, not hot paths.
+func (m *Machine) Locks(after string, limit int) (out []LockInfo, more bool) {
+	keys := make([]string, 0, len(m.locks))
+	for k := range m.locks {
+		if k > after {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	if len(keys) > limit {
+		keys, more = keys[:limit], true
+	}
+	for _, k := range keys {
+		out = append(out, m.info(k, m.locks[k]))
+	}
+	return out, more
+}
+
+// SessionsAfter returns up to limit live sessions with IDs above after, in
+// ID order, and whether more follow.
+func (m *Machine) SessionsAfter(after uint64, limit int) (out []SessionInfo, more bool) {
+	for id, s := range m.sessions {
+		if id > after {
+			out = append(out, SessionInfo{ID: id, TTL: s.ttl})
+		}
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
+	if len(out) > limit {
+		out, more = out[:limit], true
+	}
+	return out, more
+}
+
+// Held returns how many locks (and roles) session id holds.
+func (m *Machine) Held(id uint64) int {
+	s, ok := m.sessions[id]
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, name := range s.names.appendTo(nil) {
+		if m.locks[name].holder == id {
+			n++
+		}
+	}
+	return n
+}
+
 // Session returns the live session id, or false if it does not exist (never
 // opened, closed or expired).
 func (m *Machine) Session(id uint64) (SessionInfo, bool) {

@@ -111,13 +111,18 @@ func (h *harness) command(rt *rapid.T) Command {
 		OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire, OpAcquire,
 		OpRelease, OpRelease, OpRelease, OpRelease, OpRelease,
 		OpWithdraw, OpWithdraw,
-		OpCloseSession, OpExpire, Op(0), OpProclaim,
+		OpCloseSession, OpExpire, Op(0), OpProclaim, OpRevoke,
 	}).Draw(rt, "op")
 	cmd := Command{Op: op}
 	switch op {
 	case OpOpenSession:
 		cmd.TTL = rapid.SampledFrom([]int64{10e9, 10e9, 10e9, 0, 700e9}).Draw(rt, "ttl")
 		cmd.Nonce = rapid.Uint64().Draw(rt, "nonce")
+		return cmd
+	case OpRevoke:
+		if len(h.opened) > 0 {
+			cmd.IDs = rapid.SliceOfN(rapid.SampledFrom(h.opened), 0, 3).Draw(rt, "ids")
+		}
 		return cmd
 	case OpExpire:
 		cmd.Term = h.term
@@ -205,7 +210,7 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 	resA, evA := h.a.Apply(h.index, h.term, cmd)
 	decoded, resB, evB := h.b.ApplyEntry(h.index, h.term, Encode(cmd))
 	h.compare(rt, resA, evA, resB, evB)
-	if cmd.Op >= OpOpenSession && cmd.Op <= OpProclaim && !equalCommand(decoded, normalized(cmd)) {
+	if cmd.Op >= OpOpenSession && cmd.Op <= OpRevoke && !equalCommand(decoded, normalized(cmd)) {
 		rt.Fatalf("decoded %+v, encoded %+v", decoded, *cmd)
 	}
 	if h.a.Applied() != h.index {
@@ -428,6 +433,8 @@ func normalized(cmd *Command) Command {
 		}
 	case OpExpire:
 		out.Term, out.IDs = cmd.Term, cmd.IDs
+	case OpRevoke:
+		out.IDs, out.Nonce = cmd.IDs, cmd.Nonce
 	}
 	return out
 }

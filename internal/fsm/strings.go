@@ -20,6 +20,8 @@ func (o Op) String() string {
 		return "expire"
 	case OpProclaim:
 		return "proclaim"
+	case OpRevoke:
+		return "revoke"
 	}
 	return "op(" + strconv.Itoa(int(o)) + ")"
 }

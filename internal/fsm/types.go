@@ -38,6 +38,10 @@ const (
 	// (CodeOK), and fails with CodeNotHeld otherwise. Fields: Session, Seq,
 	// Done, Name, Token, Value.
 	OpProclaim Op = 7
+	// OpRevoke ends every live session in IDs as OpExpire does, whatever the
+	// term: an operator's decision, logged like any other. Fields: IDs,
+	// Nonce.
+	OpRevoke Op = 8
 	// OpExpire ends every live session in IDs as OpCloseSession does. It is
 	// ignored (CodeStaleTerm) unless Term equals the term of the entry that
 	// carries it: only the leader whose clock saw the TTL pass may expire.
@@ -66,7 +70,8 @@ type Command struct {
 	Token uint64
 	// TTL is the session TTL in nanoseconds (OpOpenSession).
 	TTL int64
-	// Nonce lets the proposer of an OpOpenSession find its result.
+	// Nonce lets the proposer of an OpOpenSession or OpRevoke find its
+	// result.
 	Nonce uint64
 	// IDs are the sessions to expire (OpExpire), in any order.
 	IDs []uint64

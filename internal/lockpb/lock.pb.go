@@ -36,6 +36,8 @@ const (
 	Op_OP_WITHDRAW      Op = 4
 	Op_OP_CLOSE_SESSION Op = 5
 	Op_OP_PROCLAIM      Op = 6
+	// Operator: end `session` as an expiry would, through the log.
+	Op_OP_REVOKE Op = 7
 )
 
 // Enum value maps for Op.
@@ -48,6 +50,7 @@ var (
 		4: "OP_WITHDRAW",
 		5: "OP_CLOSE_SESSION",
 		6: "OP_PROCLAIM",
+		7: "OP_REVOKE",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":   0,
@@ -57,6 +60,7 @@ var (
 		"OP_WITHDRAW":      4,
 		"OP_CLOSE_SESSION": 5,
 		"OP_PROCLAIM":      6,
+		"OP_REVOKE":        7,
 	}
 )
 
@@ -407,8 +411,10 @@ type Response struct {
 	Token      uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	Session    uint64                 `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
 	// OP_ACQUIRE with no_wait: the request is queued behind the holder.
-	Queued        bool   `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
-	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Queued  bool   `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// With NOT_LEADER: the leader's address, when known.
+	LeaderAddr    string `protobuf:"bytes,7,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -485,6 +491,13 @@ func (x *Response) GetMessage() string {
 	return ""
 }
 
+func (x *Response) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
 type HolderRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -538,6 +551,7 @@ type HolderResponse struct {
 	Waiters       []uint64               `protobuf:"varint,5,rep,packed,name=waiters,proto3" json:"waiters,omitempty"`
 	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
 	Value         []byte                 `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	LeaderAddr    string                 `protobuf:"bytes,8,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,6 +635,13 @@ func (x *HolderResponse) GetValue() []byte {
 	return nil
 }
 
+func (x *HolderResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
 type KeepAliveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Batch         uint64                 `protobuf:"varint,1,opt,name=batch,proto3" json:"batch,omitempty"`
@@ -682,6 +703,7 @@ type KeepAliveResponse struct {
 	Alive []uint64 `protobuf:"varint,4,rep,packed,name=alive,proto3" json:"alive,omitempty"`
 	// Sessions of the batch that are gone (expired, closed or expiring).
 	Expired       []uint64 `protobuf:"varint,5,rep,packed,name=expired,proto3" json:"expired,omitempty"`
+	LeaderAddr    string   `protobuf:"bytes,6,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -751,6 +773,325 @@ func (x *KeepAliveResponse) GetExpired() []uint64 {
 	return nil
 }
 
+func (x *KeepAliveResponse) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+type ListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Start after this lock name (ListLocks) or session ID (ListSessions).
+	AfterName string `protobuf:"bytes,1,opt,name=after_name,json=afterName,proto3" json:"after_name,omitempty"`
+	AfterId   uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	// At most this many; 0 means 100. Capped at 10,000.
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_lock_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListRequest) GetAfterName() string {
+	if x != nil {
+		return x.AfterName
+	}
+	return ""
+}
+
+func (x *ListRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+func (x *ListRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type LockState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // for a role: the role name, with role = true
+	Role          bool                   `protobuf:"varint,2,opt,name=role,proto3" json:"role,omitempty"`
+	Session       uint64                 `protobuf:"varint,3,opt,name=session,proto3" json:"session,omitempty"`
+	Token         uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	Waiters       []uint64               `protobuf:"varint,5,rep,packed,name=waiters,proto3" json:"waiters,omitempty"`
+	Value         []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockState) Reset() {
+	*x = LockState{}
+	mi := &file_lock_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockState) ProtoMessage() {}
+
+func (x *LockState) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockState.ProtoReflect.Descriptor instead.
+func (*LockState) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LockState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockState) GetRole() bool {
+	if x != nil {
+		return x.Role
+	}
+	return false
+}
+
+func (x *LockState) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *LockState) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LockState) GetWaiters() []uint64 {
+	if x != nil {
+		return x.Waiters
+	}
+	return nil
+}
+
+func (x *LockState) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type ListLocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Locks []*LockState           `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	// More entries follow the last one.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksResponse) Reset() {
+	*x = ListLocksResponse{}
+	mi := &file_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksResponse) ProtoMessage() {}
+
+func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
+func (*ListLocksResponse) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListLocksResponse) GetLocks() []*LockState {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *ListLocksResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type SessionState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	TtlMs int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Locks (and roles) the session holds.
+	Held          uint32 `protobuf:"varint,3,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionState) Reset() {
+	*x = SessionState{}
+	mi := &file_lock_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionState) ProtoMessage() {}
+
+func (x *SessionState) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
+func (*SessionState) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SessionState) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionState) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SessionState) GetHeld() uint32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+type ListSessionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*SessionState        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_lock_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*SessionState {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ListSessionsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -759,7 +1100,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lock_proto_msgTypes[8]
+	mi := &file_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1112,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[8]
+	mi := &file_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1125,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{8}
+	return file_lock_proto_rawDescGZIP(), []int{13}
 }
 
 type StatusResponse struct {
@@ -800,7 +1141,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lock_proto_msgTypes[9]
+	mi := &file_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1153,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[9]
+	mi := &file_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1166,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{9}
+	return file_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusResponse) GetId() uint64 {
@@ -889,7 +1230,7 @@ const file_lock_proto_rawDesc = "" +
 	"\ano_wait\x18\t \x01(\bR\x06noWait\x12\x16\n" +
 	"\x06target\x18\n" +
 	" \x01(\x04R\x06target\x12\x14\n" +
-	"\x05value\x18\v \x01(\fR\x05value\"\xb6\x01\n" +
+	"\x05value\x18\v \x01(\fR\x05value\"\xd7\x01\n" +
 	"\bResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +
@@ -897,9 +1238,11 @@ const file_lock_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x18\n" +
 	"\asession\x18\x04 \x01(\x04R\asession\x12\x16\n" +
 	"\x06queued\x18\x05 \x01(\bR\x06queued\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"#\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x1f\n" +
+	"\vleader_addr\x18\a \x01(\tR\n" +
+	"leaderAddr\"#\n" +
 	"\rHolderRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xd4\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf5\x01\n" +
 	"\x0eHolderResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +
@@ -908,24 +1251,50 @@ const file_lock_proto_rawDesc = "" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
 	"\awaiters\x18\x05 \x03(\x04R\awaiters\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
-	"\x05value\x18\a \x01(\fR\x05value\"D\n" +
+	"\x05value\x18\a \x01(\fR\x05value\x12\x1f\n" +
+	"\vleader_addr\x18\b \x01(\tR\n" +
+	"leaderAddr\"D\n" +
 	"\x10KeepAliveRequest\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\x04R\x05batch\x12\x1a\n" +
-	"\bsessions\x18\x02 \x03(\x04R\bsessions\"\xa3\x01\n" +
+	"\bsessions\x18\x02 \x03(\x04R\bsessions\"\xc4\x01\n" +
 	"\x11KeepAliveResponse\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\x04R\x05batch\x12'\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x03 \x01(\x04R\n" +
 	"leaderHint\x12\x14\n" +
 	"\x05alive\x18\x04 \x03(\x04R\x05alive\x12\x18\n" +
-	"\aexpired\x18\x05 \x03(\x04R\aexpired\"\x0f\n" +
+	"\aexpired\x18\x05 \x03(\x04R\aexpired\x12\x1f\n" +
+	"\vleader_addr\x18\x06 \x01(\tR\n" +
+	"leaderAddr\"]\n" +
+	"\vListRequest\x12\x1d\n" +
+	"\n" +
+	"after_name\x18\x01 \x01(\tR\tafterName\x12\x19\n" +
+	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x93\x01\n" +
+	"\tLockState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\bR\x04role\x12\x18\n" +
+	"\asession\x18\x03 \x01(\x04R\asession\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x18\n" +
+	"\awaiters\x18\x05 \x03(\x04R\awaiters\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"W\n" +
+	"\x11ListLocksResponse\x12.\n" +
+	"\x05locks\x18\x01 \x03(\v2\x18.quorumlock.v1.LockStateR\x05locks\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"I\n" +
+	"\fSessionState\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\rR\x04held\"c\n" +
+	"\x14ListSessionsResponse\x127\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1b.quorumlock.v1.SessionStateR\bsessions\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\x0f\n" +
 	"\rStatusRequest\"~\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06commit\x18\x04 \x01(\x04R\x06commit\x12\x18\n" +
-	"\aapplied\x18\x05 \x01(\x04R\aapplied*\x85\x01\n" +
+	"\aapplied\x18\x05 \x01(\x04R\aapplied*\x94\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fOP_OPEN_SESSION\x10\x01\x12\x0e\n" +
@@ -935,7 +1304,8 @@ const file_lock_proto_rawDesc = "" +
 	"OP_RELEASE\x10\x03\x12\x0f\n" +
 	"\vOP_WITHDRAW\x10\x04\x12\x14\n" +
 	"\x10OP_CLOSE_SESSION\x10\x05\x12\x0f\n" +
-	"\vOP_PROCLAIM\x10\x06*\xad\x01\n" +
+	"\vOP_PROCLAIM\x10\x06\x12\r\n" +
+	"\tOP_REVOKE\x10\a*\xad\x01\n" +
 	"\x04Code\x12\v\n" +
 	"\aCODE_OK\x10\x00\x12\x13\n" +
 	"\x0fCODE_NOT_LEADER\x10\x01\x12\x0f\n" +
@@ -948,13 +1318,15 @@ const file_lock_proto_rawDesc = "" +
 	"\x0eCODE_WITHDRAWN\x10\a\x12\x14\n" +
 	"\x10CODE_UNAVAILABLE\x10\b2H\n" +
 	"\x04Peer\x12@\n" +
-	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x012\xee\x02\n" +
+	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x012\x8a\x04\n" +
 	"\x04Lock\x12:\n" +
 	"\aPropose\x12\x16.quorumlock.v1.Request\x1a\x17.quorumlock.v1.Response\x12E\n" +
 	"\x06Holder\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse\x12R\n" +
 	"\tKeepAlive\x12\x1f.quorumlock.v1.KeepAliveRequest\x1a .quorumlock.v1.KeepAliveResponse(\x010\x01\x12E\n" +
 	"\x06Status\x12\x1c.quorumlock.v1.StatusRequest\x1a\x1d.quorumlock.v1.StatusResponse\x12H\n" +
-	"\aObserve\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse0\x01B2Z0github.com/quorumlock/quorumlock/internal/lockpbb\x06proto3"
+	"\aObserve\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse0\x01\x12I\n" +
+	"\tListLocks\x12\x1a.quorumlock.v1.ListRequest\x1a .quorumlock.v1.ListLocksResponse\x12O\n" +
+	"\fListSessions\x12\x1a.quorumlock.v1.ListRequest\x1a#.quorumlock.v1.ListSessionsResponseB2Z0github.com/quorumlock/quorumlock/internal/lockpbb\x06proto3"
 
 var (
 	file_lock_proto_rawDescOnce sync.Once
@@ -969,20 +1341,25 @@ func file_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_lock_proto_goTypes = []any{
-	(Op)(0),                   // 0: quorumlock.v1.Op
-	(Code)(0),                 // 1: quorumlock.v1.Code
-	(*Hello)(nil),             // 2: quorumlock.v1.Hello
-	(*PeerFrame)(nil),         // 3: quorumlock.v1.PeerFrame
-	(*Request)(nil),           // 4: quorumlock.v1.Request
-	(*Response)(nil),          // 5: quorumlock.v1.Response
-	(*HolderRequest)(nil),     // 6: quorumlock.v1.HolderRequest
-	(*HolderResponse)(nil),    // 7: quorumlock.v1.HolderResponse
-	(*KeepAliveRequest)(nil),  // 8: quorumlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil), // 9: quorumlock.v1.KeepAliveResponse
-	(*StatusRequest)(nil),     // 10: quorumlock.v1.StatusRequest
-	(*StatusResponse)(nil),    // 11: quorumlock.v1.StatusResponse
+	(Op)(0),                      // 0: quorumlock.v1.Op
+	(Code)(0),                    // 1: quorumlock.v1.Code
+	(*Hello)(nil),                // 2: quorumlock.v1.Hello
+	(*PeerFrame)(nil),            // 3: quorumlock.v1.PeerFrame
+	(*Request)(nil),              // 4: quorumlock.v1.Request
+	(*Response)(nil),             // 5: quorumlock.v1.Response
+	(*HolderRequest)(nil),        // 6: quorumlock.v1.HolderRequest
+	(*HolderResponse)(nil),       // 7: quorumlock.v1.HolderResponse
+	(*KeepAliveRequest)(nil),     // 8: quorumlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 9: quorumlock.v1.KeepAliveResponse
+	(*ListRequest)(nil),          // 10: quorumlock.v1.ListRequest
+	(*LockState)(nil),            // 11: quorumlock.v1.LockState
+	(*ListLocksResponse)(nil),    // 12: quorumlock.v1.ListLocksResponse
+	(*SessionState)(nil),         // 13: quorumlock.v1.SessionState
+	(*ListSessionsResponse)(nil), // 14: quorumlock.v1.ListSessionsResponse
+	(*StatusRequest)(nil),        // 15: quorumlock.v1.StatusRequest
+	(*StatusResponse)(nil),       // 16: quorumlock.v1.StatusResponse
 }
 var file_lock_proto_depIdxs = []int32{
 	2,  // 0: quorumlock.v1.PeerFrame.hello:type_name -> quorumlock.v1.Hello
@@ -990,23 +1367,29 @@ var file_lock_proto_depIdxs = []int32{
 	1,  // 2: quorumlock.v1.Response.code:type_name -> quorumlock.v1.Code
 	1,  // 3: quorumlock.v1.HolderResponse.code:type_name -> quorumlock.v1.Code
 	1,  // 4: quorumlock.v1.KeepAliveResponse.code:type_name -> quorumlock.v1.Code
-	3,  // 5: quorumlock.v1.Peer.Stream:input_type -> quorumlock.v1.PeerFrame
-	4,  // 6: quorumlock.v1.Lock.Propose:input_type -> quorumlock.v1.Request
-	6,  // 7: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
-	8,  // 8: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
-	10, // 9: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
-	6,  // 10: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
-	3,  // 11: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
-	5,  // 12: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
-	7,  // 13: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
-	9,  // 14: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
-	11, // 15: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
-	7,  // 16: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	11, // 5: quorumlock.v1.ListLocksResponse.locks:type_name -> quorumlock.v1.LockState
+	13, // 6: quorumlock.v1.ListSessionsResponse.sessions:type_name -> quorumlock.v1.SessionState
+	3,  // 7: quorumlock.v1.Peer.Stream:input_type -> quorumlock.v1.PeerFrame
+	4,  // 8: quorumlock.v1.Lock.Propose:input_type -> quorumlock.v1.Request
+	6,  // 9: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
+	8,  // 10: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
+	15, // 11: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
+	6,  // 12: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
+	10, // 13: quorumlock.v1.Lock.ListLocks:input_type -> quorumlock.v1.ListRequest
+	10, // 14: quorumlock.v1.Lock.ListSessions:input_type -> quorumlock.v1.ListRequest
+	3,  // 15: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
+	5,  // 16: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
+	7,  // 17: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
+	9,  // 18: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
+	16, // 19: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
+	7,  // 20: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
+	12, // 21: quorumlock.v1.Lock.ListLocks:output_type -> quorumlock.v1.ListLocksResponse
+	14, // 22: quorumlock.v1.Lock.ListSessions:output_type -> quorumlock.v1.ListSessionsResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_lock_proto_init() }
@@ -1020,7 +1403,7 @@ func file_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_proto_rawDesc), len(file_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -128,11 +128,13 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Lock_Propose_FullMethodName   = "/quorumlock.v1.Lock/Propose"
-	Lock_Holder_FullMethodName    = "/quorumlock.v1.Lock/Holder"
-	Lock_KeepAlive_FullMethodName = "/quorumlock.v1.Lock/KeepAlive"
-	Lock_Status_FullMethodName    = "/quorumlock.v1.Lock/Status"
-	Lock_Observe_FullMethodName   = "/quorumlock.v1.Lock/Observe"
+	Lock_Propose_FullMethodName      = "/quorumlock.v1.Lock/Propose"
+	Lock_Holder_FullMethodName       = "/quorumlock.v1.Lock/Holder"
+	Lock_KeepAlive_FullMethodName    = "/quorumlock.v1.Lock/KeepAlive"
+	Lock_Status_FullMethodName       = "/quorumlock.v1.Lock/Status"
+	Lock_Observe_FullMethodName      = "/quorumlock.v1.Lock/Observe"
+	Lock_ListLocks_FullMethodName    = "/quorumlock.v1.Lock/ListLocks"
+	Lock_ListSessions_FullMethodName = "/quorumlock.v1.Lock/ListSessions"
 )
 
 // LockClient is the client API for Lock service.
@@ -150,6 +152,10 @@ type LockClient interface {
 	// Observe streams the state of one lock (or role) as this replica applies
 	// changes: first the current state, then every change.
 	Observe(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HolderResponse], error)
+	// ListLocks and ListSessions page through the table in key order, as of a
+	// linearizable read (for operators).
+	ListLocks(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
+	ListSessions(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
 type lockClient struct {
@@ -222,6 +228,26 @@ func (c *lockClient) Observe(ctx context.Context, in *HolderRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Lock_ObserveClient = grpc.ServerStreamingClient[HolderResponse]
 
+func (c *lockClient) ListLocks(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListLocksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLocksResponse)
+	err := c.cc.Invoke(ctx, Lock_ListLocks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lockClient) ListSessions(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, Lock_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServer is the server API for Lock service.
 // All implementations must embed UnimplementedLockServer
 // for forward compatibility.
@@ -237,6 +263,10 @@ type LockServer interface {
 	// Observe streams the state of one lock (or role) as this replica applies
 	// changes: first the current state, then every change.
 	Observe(*HolderRequest, grpc.ServerStreamingServer[HolderResponse]) error
+	// ListLocks and ListSessions page through the table in key order, as of a
+	// linearizable read (for operators).
+	ListLocks(context.Context, *ListRequest) (*ListLocksResponse, error)
+	ListSessions(context.Context, *ListRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedLockServer()
 }
 
@@ -261,6 +291,12 @@ func (UnimplementedLockServer) Status(context.Context, *StatusRequest) (*StatusR
 }
 func (UnimplementedLockServer) Observe(*HolderRequest, grpc.ServerStreamingServer[HolderResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedLockServer) ListLocks(context.Context, *ListRequest) (*ListLocksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLocks not implemented")
+}
+func (UnimplementedLockServer) ListSessions(context.Context, *ListRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedLockServer) mustEmbedUnimplementedLockServer() {}
 func (UnimplementedLockServer) testEmbeddedByValue()              {}
@@ -355,6 +391,42 @@ func _Lock_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Lock_ObserveServer = grpc.ServerStreamingServer[HolderResponse]
 
+func _Lock_ListLocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServer).ListLocks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Lock_ListLocks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServer).ListLocks(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Lock_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Lock_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServer).ListSessions(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Lock_ServiceDesc is the grpc.ServiceDesc for Lock service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -373,6 +445,14 @@ var Lock_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Lock_Status_Handler,
+		},
+		{
+			MethodName: "ListLocks",
+			Handler:    _Lock_ListLocks_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _Lock_ListSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -16,7 +16,7 @@ import (
 // same (session, seq) finds it). It is also the gRPC handler.
 func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
-		return &lockpb.Response{Code: code, LeaderHint: hint}, nil
+		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, nil
 	}
 	cmd := fsm.Command{
 		Session: req.GetSession(),
@@ -45,6 +45,11 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		cmd.Op = fsm.OpCloseSession
 	case lockpb.Op_OP_PROCLAIM:
 		cmd.Op = fsm.OpProclaim
+	case lockpb.Op_OP_REVOKE:
+		if _, live := s.SessionTTL(req.GetSession()); !live {
+			return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, nil
+		}
+		cmd = fsm.Command{Op: fsm.OpRevoke, IDs: []uint64{req.GetSession()}}
 	default:
 		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
 	}
@@ -60,10 +65,16 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	reqc := make(chan outcome, 1)
 	var grantc chan outcome
 	s.mu.Lock()
-	if cmd.Op == fsm.OpOpenSession {
+	switch cmd.Op {
+	case fsm.OpOpenSession:
 		cmd.Nonce = s.rnd.Uint64()
 		key = reqKey{0, cmd.Nonce}
-	} else {
+	case fsm.OpRevoke:
+		// Answered when the session ends (EventSessionEnded) or, if it is
+		// already gone, by the revoke's own apply.
+		cmd.Nonce = s.rnd.Uint64()
+		key = reqKey{0, cmd.Nonce}
+	default:
 		key = reqKey{cmd.Session, cmd.Seq}
 	}
 	s.requests[key] = append(s.requests[key], reqc)
@@ -143,7 +154,7 @@ func (s *Service) notLeader() *lockpb.Response {
 	if hint == st.ID {
 		hint = 0
 	}
-	return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderHint: hint}
+	return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}
 }
 
 func response(r fsm.Result) *lockpb.Response {
@@ -276,7 +287,7 @@ func (s *Service) KeepAlive(stream lockpb.Lock_KeepAliveServer) error {
 		go func() {
 			alive, gone, code, hint := s.Heartbeat(ctx, req.GetSessions())
 			select {
-			case out <- &lockpb.KeepAliveResponse{Batch: req.GetBatch(), Code: code, LeaderHint: hint, Alive: alive, Expired: gone}:
+			case out <- &lockpb.KeepAliveResponse{Batch: req.GetBatch(), Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint], Alive: alive, Expired: gone}:
 			case <-ctx.Done():
 			}
 		}()

@@ -47,6 +47,8 @@ type Config struct {
 	ScanInterval time.Duration
 	// Logger: nil means no-op.
 	Logger *zap.Logger
+	// Peers maps member IDs to addresses, for leader hints to clients.
+	Peers map[uint64]string
 }
 
 // Service is one replica's lock table and client API handler.
@@ -152,6 +154,8 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		}
 		cmd, res, evs := s.m.ApplyEntry(e.GetIndex(), e.GetTerm(), e.GetData())
 		switch cmd.Op {
+		case fsm.OpRevoke:
+			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpOpenSession:
 			if res.Code == fsm.CodeOK && s.ready {
 				s.last[res.Session] = s.clk.Now()

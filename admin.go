@@ -1,0 +1,146 @@
+package quorumlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// Operator calls: what lockctl uses. They go through the client API, so
+// they work from any process.
+
+// ReplicaStatus is one replica's view, as Status reports it, or the error of
+// asking it.
+type ReplicaStatus struct {
+	Addr string
+	Status
+	Err error
+}
+
+// Status asks every replica the client knows for its view (members, leader,
+// term, commit and applied indexes), each within ctx.
+func (c *Client) Status(ctx context.Context) []ReplicaStatus {
+	out := make([]ReplicaStatus, len(c.addrs))
+	done := make(chan struct{}, len(c.addrs))
+	for i, addr := range c.addrs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			out[i].Addr = addr
+			cc, err := c.conn(addr)
+			if err != nil {
+				out[i].Err = err
+				return
+			}
+			r, err := lockpb.NewLockClient(cc).Status(ctx, &lockpb.StatusRequest{})
+			if err != nil {
+				out[i].Err = err
+				return
+			}
+			out[i].Status = Status{ID: r.GetId(), Leader: r.GetLeader(), Term: r.GetTerm(), Commit: r.GetCommit(), Applied: r.GetApplied()}
+		}()
+	}
+	for range c.addrs {
+		<-done
+	}
+	return out
+}
+
+// LockEntry is one held lock or role in a listing.
+type LockEntry struct {
+	LockInfo
+	Role  bool   // Name is a leader-election role
+	Value []byte // a role's value
+}
+
+// Locks lists held locks and roles whose names sort after after (roles
+// sort first), at most limit (0: 100, at most 10,000), as of a linearizable
+// read, and reports whether more follow: pass the last name as after to
+// continue.
+func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntry, bool, error) {
+	var out []LockEntry
+	var more bool
+	err := c.read(ctx, func(actx context.Context, cli lockpb.LockClient) error {
+		r, err := cli.ListLocks(actx, &lockpb.ListRequest{AfterName: after, Limit: uint32(max(limit, 0))})
+		if err != nil {
+			return err
+		}
+		out, more = nil, r.GetMore()
+		for _, l := range r.GetLocks() {
+			out = append(out, LockEntry{
+				LockInfo: LockInfo{Name: l.GetName(), Holder: l.GetSession(), Token: Token(l.GetToken()), Waiters: l.GetWaiters()},
+				Role:     l.GetRole(),
+				Value:    l.GetValue(),
+			})
+		}
+		return nil
+	})
+	return out, more, err
+}
+
+// SessionEntry is one live session in a listing.
+type SessionEntry struct {
+	ID   uint64
+	TTL  time.Duration
+	Held int // locks and roles it holds
+}
+
+// Sessions lists live sessions with IDs above after, at most limit, as of
+// a linearizable read, and reports whether more follow.
+func (c *Client) Sessions(ctx context.Context, after uint64, limit int) ([]SessionEntry, bool, error) {
+	var out []SessionEntry
+	var more bool
+	err := c.read(ctx, func(actx context.Context, cli lockpb.LockClient) error {
+		r, err := cli.ListSessions(actx, &lockpb.ListRequest{AfterId: after, Limit: uint32(max(limit, 0))})
+		if err != nil {
+			return err
+		}
+		out, more = nil, r.GetMore()
+		for _, s := range r.GetSessions() {
+			out = append(out, SessionEntry{ID: s.GetId(), TTL: time.Duration(s.GetTtlMs()) * time.Millisecond, Held: int(s.GetHeld())})
+		}
+		return nil
+	})
+	return out, more, err
+}
+
+func (c *Client) read(ctx context.Context, f func(context.Context, lockpb.LockClient) error) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	err := c.retry(ctx, func(actx context.Context, cc *grpc.ClientConn) (bool, error) {
+		err := f(actx, lockpb.NewLockClient(cc))
+		return err == nil, err
+	})
+	return c.ctxErr(ctx, err)
+}
+
+// RevokeSession ends a session by force, through the log: its locks go to
+// their next waiters with larger tokens, and its holder learns at its next
+// heartbeat. For operators recovering from a stuck holder; the holder's own
+// view of time is not consulted, so use it only when the holder is known to
+// be gone or the resource is fenced. Errors: ErrSessionExpired if no such
+// session is live, ErrClosed, ctx's error.
+func (c *Client) RevokeSession(ctx context.Context, id uint64) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	resp, err := c.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_REVOKE, Session: id})
+	if err != nil {
+		return c.ctxErr(ctx, err)
+	}
+	switch resp.GetCode() {
+	case lockpb.Code_CODE_OK:
+		return nil
+	case lockpb.Code_CODE_NO_SESSION:
+		return fmt.Errorf("%w: no live session %d", ErrSessionExpired, id)
+	}
+	return fmt.Errorf("quorumlock: revoke %d: %s", id, resp.GetCode())
+}

@@ -1,0 +1,518 @@
+package quorumlock
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// Client reaches a lock cluster from a process that is not a replica, with
+// the same Session, Lock and Leadership types as on a replica and the same
+// client-side lease rule. It finds the leader, follows NOT_LEADER hints,
+// moves to another replica when one is stopped, paused or cut off from the
+// majority, and re-sends in-flight requests with their (session, seq).
+// The heartbeats of all its sessions share one stream. Its methods are safe
+// for concurrent use.
+type Client struct {
+	opts  clientOptions
+	addrs []string
+
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	ka      map[string]*kaStream
+	current int    // index in addrs of the replica tried first
+	leader  string // last known leader address; "" if unknown
+
+	hb        *heartbeater
+	closed    chan struct{}
+	closeOnce sync.Once
+	baseCtx   context.Context
+	cancel    context.CancelCauseFunc
+}
+
+// ClientOption configures Dial.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct {
+	tls          *tls.Config
+	dialer       func(ctx context.Context, addr string) (net.Conn, error)
+	clk          clock.Clock
+	ttl          time.Duration
+	maxName      int
+	settle       time.Duration
+	attemptLimit time.Duration
+}
+
+// WithTLS makes the client use TLS (mutual, if cfg has certificates) on
+// every connection. The default is plaintext.
+func WithTLS(cfg *tls.Config) ClientOption { return func(o *clientOptions) { o.tls = cfg } }
+
+// WithDialer sets the function that opens connections (the default dials
+// TCP).
+func WithDialer(d func(ctx context.Context, addr string) (net.Conn, error)) ClientOption {
+	return func(o *clientOptions) { o.dialer = d }
+}
+
+// WithClock sets the clock of the client's leases. The default is
+// clock.Real().
+func WithClock(c clock.Clock) ClientOption { return func(o *clientOptions) { o.clk = c } }
+
+// WithSessionTTL sets the TTL of sessions opened without WithTTL. The
+// default is 10 s.
+func WithSessionTTL(d time.Duration) ClientOption { return func(o *clientOptions) { o.ttl = d } }
+
+// WithElectionTimeout tells the client the cluster's election timeout, used
+// to bound the settling of an interrupted Acquire. The default is 1 s.
+func WithElectionTimeout(d time.Duration) ClientOption {
+	return func(o *clientOptions) { o.settle = d }
+}
+
+// Dial returns a client of the cluster whose replicas serve on addrs (any
+// subset works; more is more available). It checks that one replica
+// answers before returning, within ctx. Errors: ErrInvalidConfig for no
+// addresses or bad options, or the error of the last replica tried.
+func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
+	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: 256, settle: time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(addrs) == 0 {
+		return nil, invalid("addrs", "at least one replica address is needed")
+	}
+	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
+		return nil, invalid("WithSessionTTL", "%v is outside [%v, %v]", o.ttl, MinSessionTTL, MaxSessionTTL)
+	}
+	o.attemptLimit = 2 * o.settle
+	c := &Client{
+		opts:   o,
+		addrs:  append([]string(nil), addrs...),
+		conns:  make(map[string]*grpc.ClientConn),
+		ka:     make(map[string]*kaStream),
+		closed: make(chan struct{}),
+	}
+	c.baseCtx, c.cancel = context.WithCancelCause(context.Background())
+	c.hb = newHeartbeater(c, o.clk, c.closed)
+	var lastErr error
+	for range addrs {
+		addr := c.pick()
+		cc, err := c.conn(addr)
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, c.opts.attemptLimit)
+			_, err = lockpb.NewLockClient(cc).Status(actx, &lockpb.StatusRequest{})
+			cancel()
+			if err == nil {
+				go c.hb.run()
+				return c, nil
+			}
+		}
+		lastErr = err
+		c.rotate(addr)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	c.closeConns()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("quorumlock: no replica answered: %w", lastErr)
+}
+
+// Close ends every session opened through the client locally (their Done
+// and Lost channels close; the cluster frees their locks when their TTL
+// runs out) and closes the connections. Idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.cancel(ErrClosed)
+		c.hb.loseAll(ErrClosed)
+		c.hb.wait()
+		c.closeConns()
+	})
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.baseCtx, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+func (c *Client) ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+			return ErrClosed
+		}
+		return ctx.Err()
+	}
+	return err
+}
+
+// NewSession opens a session on the cluster. Options and errors as for
+// Node.NewSession.
+func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: c.opts.ttl}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
+		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	s, err := openSession(ctx, c, c.hb, c.opts.clk, o.ttl, c.opts.maxName)
+	if err != nil {
+		return nil, c.ctxErr(ctx, err)
+	}
+	return s, nil
+}
+
+// Holder is Node.Holder through the client: a linearizable read served by
+// a replica (the leader when known).
+func (c *Client) Holder(ctx context.Context, name string) (LockInfo, error) {
+	if err := checkName(name, c.opts.maxName); err != nil {
+		return LockInfo{}, err
+	}
+	resp, err := c.holder(ctx, name)
+	if err != nil {
+		return LockInfo{}, err
+	}
+	return LockInfo{Name: name, Holder: resp.GetSession(), Token: Token(resp.GetToken()), Waiters: resp.GetWaiters()}, nil
+}
+
+// Leader is Node.Leader through the client.
+func (c *Client) Leader(ctx context.Context, role string) (LeaderInfo, error) {
+	if err := checkName(role, c.opts.maxName); err != nil {
+		return LeaderInfo{}, err
+	}
+	resp, err := c.holder(ctx, roleKey(role))
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	if resp.GetSession() == 0 {
+		return LeaderInfo{Role: role}, fmt.Errorf("%w for %q", ErrNoLeader, role)
+	}
+	return LeaderInfo{Role: role, Session: resp.GetSession(), Epoch: Token(resp.GetToken()), Value: resp.GetValue()}, nil
+}
+
+// holder reads key from some replica, moving on from one that fails or
+// hangs past the attempt limit.
+func (c *Client) holder(ctx context.Context, key string) (*lockpb.HolderResponse, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	var resp *lockpb.HolderResponse
+	err := c.retry(ctx, func(actx context.Context, cc *grpc.ClientConn) (bool, error) {
+		r, err := lockpb.NewLockClient(cc).Holder(actx, &lockpb.HolderRequest{Name: key})
+		if err != nil {
+			return false, err
+		}
+		if r.GetCode() == lockpb.Code_CODE_INVALID {
+			return true, fmt.Errorf("%w: %q", ErrInvalidName, key)
+		}
+		resp = r
+		return true, nil
+	})
+	if err != nil {
+		return nil, c.ctxErr(ctx, err)
+	}
+	return resp, nil
+}
+
+// retry runs one attempt per replica, starting with the leader when known,
+// each bounded by the attempt limit, until an attempt is final or ctx ends.
+func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.ClientConn) (final bool, err error)) error {
+	backoff := minBackoff
+	for {
+		addr := c.pick()
+		cc, err := c.conn(addr)
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, c.opts.attemptLimit)
+			var final bool
+			final, err = attempt(actx, cc)
+			cancel()
+			if final {
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.rotate(addr)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// Observe is Node.Observe through the client. The stream is served by one
+// replica at a time; when it fails the client resumes on another.
+func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
+	out := make(chan LeaderInfo)
+	if checkName(role, c.opts.maxName) != nil || c.isClosed() {
+		close(out)
+		return out
+	}
+	ctx, cancel := c.bound(ctx)
+	src := make(chan fsm.LockInfo)
+	go func() {
+		defer close(src)
+		backoff := minBackoff
+		for ctx.Err() == nil {
+			addr := c.pick()
+			if cc, err := c.conn(addr); err == nil {
+				c.observeOnce(ctx, cc, roleKey(role), src)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			c.rotate(addr)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			backoff = min(backoff*2, maxBackoff)
+		}
+	}()
+	go func() {
+		defer cancel()
+		defer close(out)
+		observe(ctx, role, src, out)
+	}()
+	return out
+}
+
+// observeOnce relays one Observe stream until it fails. A replica that has
+// gone silent is detected by the connection's keepalive.
+func (c *Client) observeOnce(ctx context.Context, cc *grpc.ClientConn, key string, src chan<- fsm.LockInfo) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := lockpb.NewLockClient(cc).Observe(sctx, &lockpb.HolderRequest{Name: key})
+	if err != nil {
+		return
+	}
+	for {
+		r, err := st.Recv()
+		if err != nil || r.GetCode() != lockpb.Code_CODE_OK {
+			return
+		}
+		select {
+		case src <- fsm.LockInfo{Name: key, Holder: r.GetSession(), Token: r.GetToken(), Value: r.GetValue()}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pick returns the address to try: the known leader, else the current one.
+func (c *Client) pick() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != "" {
+		return c.leader
+	}
+	return c.addrs[c.current%len(c.addrs)]
+}
+
+// rotate forgets addr as the leader and moves on to the next address.
+func (c *Client) rotate(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader == addr {
+		c.leader = ""
+	}
+	if c.addrs[c.current%len(c.addrs)] == addr {
+		c.current++
+	}
+}
+
+func (c *Client) setLeader(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leader = addr
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.conns[addr]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, dialOptions(c.opts.tls, c.opts.dialer)...)
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = cc
+	return cc, nil
+}
+
+func (c *Client) closeConns() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.ka {
+		s.close()
+	}
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	clear(c.ka)
+	clear(c.conns)
+}
+
+// dialOptions are the options of every connection quorumlock opens to a
+// replica: TLS or plaintext, the dialer, and keepalive pings that detect a
+// replica that went silent (paused, or cut off without a reset) in about
+// two seconds.
+func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.Conn, error)) []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: time.Second, PermitWithoutStream: true}),
+	}
+	if dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(dialer))
+	}
+	return opts
+}
+
+// propose implements backend.
+func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	var resp *lockpb.Response
+	blocking := req.GetOp() == lockpb.Op_OP_ACQUIRE && !req.GetTry()
+	err := c.retryPropose(ctx, blocking, func(actx context.Context, cc *grpc.ClientConn, addr string) (bool, error) {
+		r, err := lockpb.NewLockClient(cc).Propose(actx, req)
+		if err != nil {
+			return false, err
+		}
+		switch r.GetCode() {
+		case lockpb.Code_CODE_NOT_LEADER:
+			if a := r.GetLeaderAddr(); a != "" && a != addr {
+				c.setLeader(a)
+			} else {
+				c.rotate(addr)
+			}
+			return false, nil
+		case lockpb.Code_CODE_UNAVAILABLE:
+			return false, nil
+		}
+		c.setLeader(addr)
+		resp = r
+		return true, nil
+	})
+	return resp, err
+}
+
+// retryPropose is retry for proposals: a blocking acquire may wait at the
+// leader for as long as ctx allows (a dead leader is detected by keepalive),
+// other attempts are bounded by the attempt limit.
+func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(context.Context, *grpc.ClientConn, string) (bool, error)) error {
+	backoff := minBackoff
+	for {
+		addr := c.pick()
+		cc, err := c.conn(addr)
+		if err == nil {
+			actx, cancel := ctx, context.CancelFunc(func() {})
+			if !blocking {
+				actx, cancel = context.WithTimeout(ctx, c.opts.attemptLimit)
+			}
+			var final bool
+			final, err = attempt(actx, cc, addr)
+			cancel()
+			if final {
+				return err
+			}
+			if err == nil {
+				// Redirected: try the hint at once.
+				if c.pick() != addr {
+					continue
+				}
+			} else {
+				c.rotate(addr)
+			}
+		} else {
+			c.rotate(addr)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// keepAlive implements backend: one batch to the leader (or the replica
+// tried first), over the shared stream.
+func (c *Client) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uint64, err error) {
+	addr := c.pick()
+	for range 2 {
+		cc, err := c.conn(addr)
+		if err != nil {
+			c.rotate(addr)
+			return nil, nil, err
+		}
+		c.mu.Lock()
+		s := c.ka[addr]
+		if s == nil || s.broken() {
+			s = newKAStream(cc)
+			c.ka[addr] = s
+		}
+		c.mu.Unlock()
+		resp, err := s.send(ctx, ids)
+		if err != nil {
+			c.rotate(addr)
+			return nil, nil, err
+		}
+		if resp.GetCode() == lockpb.Code_CODE_OK {
+			c.setLeader(addr)
+			return resp.GetAlive(), resp.GetExpired(), nil
+		}
+		if a := resp.GetLeaderAddr(); a != "" && a != addr {
+			c.setLeader(a)
+			addr = a
+			continue
+		}
+		c.rotate(addr)
+		return nil, nil, errNoLeader
+	}
+	return nil, nil, errNoLeader
+}
+
+// settleGrace implements backend.
+func (c *Client) settleGrace() time.Duration { return c.opts.settle }

@@ -1,0 +1,62 @@
+package quorumlock
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+)
+
+// The heartbeats of many sessions of one client share batched requests on
+// one stream: far fewer requests than sessions x intervals.
+func TestClientBatchesHeartbeats(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{
+		ID: 1, Peers: map[uint64]string{1: lis.Addr().String()}, DataDir: t.TempDir(), Listener: lis,
+		TickInterval: 10 * time.Millisecond, SessionTTL: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	c, err := Dial(ctx, []string{lis.Addr().String()}, WithSessionTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const sessions = 300
+	var all []*Session
+	for range sessions {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, s)
+	}
+	// Three heartbeat intervals (TTL/3 each).
+	time.Sleep(3 * time.Second)
+	c.mu.Lock()
+	var requests uint64
+	streams := len(c.ka)
+	for _, s := range c.ka {
+		s.mu.Lock()
+		requests += s.next
+		s.mu.Unlock()
+	}
+	c.mu.Unlock()
+	for _, s := range all {
+		if closed(s.Done()) {
+			t.Fatalf("session %d ended: %v", s.ID(), s.Err())
+		}
+	}
+	// One per session per interval would be 900.
+	if streams != 1 || requests == 0 || requests > 12 {
+		t.Fatalf("%d heartbeat requests on %d streams for %d sessions over 3 intervals", requests, streams, sessions)
+	}
+	t.Logf("%d heartbeat requests for %d sessions over 3 intervals", requests, sessions)
+}
