@@ -83,6 +83,12 @@ type Config struct {
 	// It is required with TLS.
 	PeerTLS *tls.Config
 
+	// SnapshotEntries is how many log entries are applied between two
+	// snapshots of the lock table; the log behind a durable snapshot is
+	// compacted, keeping min(SnapshotEntries/2, 5,000) entries for
+	// followers that are a little behind. The default is 10,000.
+	SnapshotEntries uint64
+
 	// MaxNameBytes bounds lock names. The default is 256.
 	MaxNameBytes int
 	// MaxSessions bounds live sessions in the cluster. The default is

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -29,16 +30,18 @@ import (
 
 // Node is one running replica. Its methods are safe for concurrent use.
 type Node struct {
-	cfg    Config
-	log    *zap.Logger
-	store  storage.LogStore
-	raft   *raftnode.Node
-	svc    *service.Service
-	tr     *transport.Transport
-	server *grpc.Server
-	lis    net.Listener
-	router *router
-	hb     *heartbeater
+	cfg   Config
+	log   *zap.Logger
+	store storage.LogStore
+	raft  *raftnode.Node
+	// raftReady publishes raft to the transport's goroutines once built.
+	raftReady atomic.Pointer[raftnode.Node]
+	svc       *service.Service
+	tr        *transport.Transport
+	server    *grpc.Server
+	lis       net.Listener
+	router    *router
+	hb        *heartbeater
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -130,13 +133,25 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:       n.log,
 	})
 	tr, err := transport.New(transport.Config{
-		ClusterID:   cfg.clusterID(),
-		ID:          cfg.ID,
-		Peers:       cfg.Peers,
-		Handler:     func(m *raftpb.Message) { n.raft.Step(m) },
-		Unreachable: func(id uint64) { n.raft.ReportUnreachable(id) },
+		ClusterID: cfg.clusterID(),
+		ID:        cfg.ID,
+		Peers:     cfg.Peers,
+		// The transport may call back before the raft node exists; until
+		// then there is nobody to tell.
+		Handler: func(m *raftpb.Message) {
+			if r := n.raftReady.Load(); r != nil {
+				r.Step(m)
+			}
+		},
+		Unreachable: func(id uint64) {
+			if r := n.raftReady.Load(); r != nil {
+				r.ReportUnreachable(id)
+			}
+		},
 		SnapshotStatus: func(id uint64, st raft.SnapshotStatus) {
-			n.raft.ReportSnapshot(id, st)
+			if r := n.raftReady.Load(); r != nil {
+				r.ReportSnapshot(id, st)
+			}
 		},
 		Dialer:      cfg.Dialer,
 		DialOptions: peerDialOptions(cfg.PeerTLS),
@@ -147,15 +162,16 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.tr = tr
 	n.raft, err = raftnode.New(raftnode.Config{
-		ID:            cfg.ID,
-		Peers:         cfg.memberIDs(),
-		Storage:       store,
-		Transport:     tr,
-		StateMachine:  n.svc,
-		Clock:         cfg.Clock,
-		TickInterval:  cfg.TickInterval,
-		ElectionTicks: cfg.ElectionTicks,
-		Logger:        n.log,
+		ID:              cfg.ID,
+		Peers:           cfg.memberIDs(),
+		Storage:         store,
+		Transport:       tr,
+		StateMachine:    n.svc,
+		Clock:           cfg.Clock,
+		TickInterval:    cfg.TickInterval,
+		ElectionTicks:   cfg.ElectionTicks,
+		SnapshotEntries: cfg.SnapshotEntries,
+		Logger:          n.log,
 		OnFatal: func(err error) {
 			n.log.Error("replica stopped: storage failure", zap.Error(err))
 			go n.Close()
@@ -166,6 +182,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.svc.Bind(n.raft)
+	n.raftReady.Store(n.raft)
 
 	lis := cfg.Listener
 	if lis == nil {

@@ -19,10 +19,12 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,8 @@ import (
 type LogStore interface {
 	raft.Storage
 	Save(st *raftpb.HardState, ents []*raftpb.Entry) error
+	SaveSnapshot(snap *raftpb.Snapshot) error
+	Compact(index uint64) error
 }
 
 // Transport sends raft messages to peers. Send must not block.
@@ -61,6 +65,13 @@ type StateMachine interface {
 	LeaderReady(term uint64)
 	// LeaderLost is called when this node stops being leader (or stops).
 	LeaderLost()
+	// Snapshot captures the state as of the last applied entry, quickly:
+	// it returns that index and a function that writes the image, which
+	// the node runs on another goroutine while apply goes on.
+	Snapshot() (index uint64, write func(io.Writer) error)
+	// Restore replaces the state with a snapshot image taken at index (at
+	// start, and when the leader sends one).
+	Restore(index uint64, data []byte) error
 }
 
 // Config configures a Node.
@@ -96,6 +107,14 @@ type Config struct {
 	// OnFatal is called once, from the node's goroutine, when the node stops
 	// because of a storage error.
 	OnFatal func(error)
+	// SnapshotEntries is how many entries are applied between snapshots.
+	// The default is 10,000.
+	SnapshotEntries uint64
+	// CatchUpEntries is how many entries the log keeps behind a snapshot,
+	// so a follower that is a little behind catches up from the log
+	// instead of a snapshot (etcd keeps 5,000). The default is half of
+	// SnapshotEntries, at most 5,000.
+	CatchUpEntries uint64
 }
 
 // Errors returned by Node methods.
@@ -151,6 +170,18 @@ type Node struct {
 	readSeq    uint64
 	pending    []*readRequest // arrived, not yet covered by an issued round
 	inflight   map[uint64]*readRound
+	confState  *raftpb.ConfState // as of the last applied conf change
+	snapIndex  uint64            // index of the latest snapshot (taken or received)
+	snapping   bool              // a snapshot is being written
+	snapc      chan snapResult
+}
+
+// snapResult is a snapshot image written off the node's goroutine.
+type snapResult struct {
+	index, term uint64
+	conf        *raftpb.ConfState
+	data        []byte
+	err         error
 }
 
 type proposal struct {
@@ -204,6 +235,12 @@ func (c *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = zap.NewNop()
 	}
+	if out.SnapshotEntries == 0 {
+		out.SnapshotEntries = 10_000
+	}
+	if out.CatchUpEntries == 0 {
+		out.CatchUpEntries = min(out.SnapshotEntries/2, 5_000)
+	}
 	return out
 }
 
@@ -213,6 +250,19 @@ func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if cfg.ID == 0 || cfg.Storage == nil || cfg.Transport == nil || cfg.StateMachine == nil {
 		return nil, errors.New("raftnode: ID, Storage, Transport and StateMachine are required")
+	}
+	snap, err := cfg.Storage.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: reading snapshot: %w", err)
+	}
+	var confState *raftpb.ConfState
+	if !raft.IsEmptySnap(snap) {
+		md := snap.GetMetadata()
+		if err := cfg.StateMachine.Restore(md.GetIndex(), snap.GetData()); err != nil {
+			return nil, fmt.Errorf("raftnode: restoring snapshot at index %d: %w", md.GetIndex(), err)
+		}
+		cfg.Applied = md.GetIndex()
+		confState = md.GetConfState()
 	}
 	rc := &raft.Config{
 		ID:                        cfg.ID,
@@ -255,18 +305,21 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{
-		cfg:      cfg,
-		rn:       rn,
-		log:      cfg.Logger,
-		clk:      cfg.Clock,
-		propc:    make(chan proposal, 4096),
-		recvc:    make(chan *raftpb.Message, 4096),
-		readc:    make(chan *readRequest, 1024),
-		reportc:  make(chan report, 256),
-		stopc:    make(chan struct{}),
-		donec:    make(chan struct{}),
-		applied:  cfg.Applied,
-		inflight: make(map[uint64]*readRound),
+		cfg:       cfg,
+		rn:        rn,
+		log:       cfg.Logger,
+		clk:       cfg.Clock,
+		propc:     make(chan proposal, 4096),
+		recvc:     make(chan *raftpb.Message, 4096),
+		readc:     make(chan *readRequest, 1024),
+		reportc:   make(chan report, 256),
+		stopc:     make(chan struct{}),
+		donec:     make(chan struct{}),
+		applied:   cfg.Applied,
+		inflight:  make(map[uint64]*readRound),
+		snapc:     make(chan snapResult, 1),
+		snapIndex: cfg.Applied,
+		confState: confState,
 	}
 	lc := make(chan struct{})
 	n.leaderC.Store(&lc)
@@ -453,12 +506,26 @@ func (n *Node) run() {
 				}
 			}
 		case r := <-n.readc:
+			// Take every queued read so that they share one round.
 			n.pending = append(n.pending, r)
+			for more := true; more; {
+				select {
+				case r := <-n.readc:
+					n.pending = append(n.pending, r)
+				default:
+					more = false
+				}
+			}
 		case rep := <-n.reportc:
 			if rep.snapshot != 0 {
 				n.rn.ReportSnapshot(rep.snapshot, rep.status)
 			} else {
 				n.rn.ReportUnreachable(rep.unreachable)
+			}
+		case r := <-n.snapc:
+			if err := n.saveSnapshot(r); err != nil {
+				n.fail(err)
+				return
 			}
 		case <-n.stopc:
 			return
@@ -466,17 +533,77 @@ func (n *Node) run() {
 		n.issueReads()
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
-				n.errMu.Lock()
-				n.err = err
-				n.errMu.Unlock()
-				n.log.Error("raft node stopping on storage error", zap.Error(err))
-				if n.cfg.OnFatal != nil {
-					n.cfg.OnFatal(err)
-				}
+				n.fail(err)
 				return
 			}
 		}
 	}
+}
+
+// fail records a storage error that stops the node.
+func (n *Node) fail(err error) {
+	n.errMu.Lock()
+	n.err = err
+	n.errMu.Unlock()
+	n.log.Error("raft node stopping on storage error", zap.Error(err))
+	if n.cfg.OnFatal != nil {
+		n.cfg.OnFatal(err)
+	}
+}
+
+// maybeSnapshot starts a snapshot once SnapshotEntries entries have been
+// applied since the last one. The state machine captures its state here;
+// the image is written on another goroutine and saved by saveSnapshot.
+func (n *Node) maybeSnapshot(applied uint64) {
+	if n.snapping || applied < n.snapIndex+n.cfg.SnapshotEntries || n.confState == nil {
+		return
+	}
+	index, write := n.cfg.StateMachine.Snapshot()
+	term, err := n.cfg.Storage.Term(index)
+	if err != nil {
+		n.log.Warn("snapshot skipped", zap.Uint64("index", index), zap.Error(err))
+		return
+	}
+	n.snapping = true
+	conf := proto.Clone(n.confState).(*raftpb.ConfState)
+	go func() {
+		var buf bytes.Buffer
+		err := write(&buf)
+		select {
+		case n.snapc <- snapResult{index: index, term: term, conf: conf, data: buf.Bytes(), err: err}:
+		case <-n.stopc:
+		}
+	}()
+}
+
+// saveSnapshot makes a written snapshot durable, then compacts the log
+// behind it, keeping CatchUpEntries (a snapshot is durable before the log
+// it replaces is truncated: invariant 10). A write error of the image is
+// logged and the snapshot skipped; a storage error stops the node.
+func (n *Node) saveSnapshot(r snapResult) error {
+	n.snapping = false
+	if r.err != nil {
+		n.log.Warn("writing snapshot failed", zap.Uint64("index", r.index), zap.Error(r.err))
+		return nil
+	}
+	if r.index <= n.snapIndex {
+		return nil // a newer snapshot arrived from the leader meanwhile
+	}
+	snap := &raftpb.Snapshot{
+		Data:     r.data,
+		Metadata: &raftpb.SnapshotMetadata{Index: new(r.index), Term: new(r.term), ConfState: r.conf},
+	}
+	if err := n.cfg.Storage.SaveSnapshot(snap); err != nil {
+		return fmt.Errorf("raftnode: saving snapshot at %d: %w", r.index, err)
+	}
+	n.snapIndex = r.index
+	if r.index > n.cfg.CatchUpEntries {
+		if err := n.cfg.Storage.Compact(r.index - n.cfg.CatchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("raftnode: compacting to %d: %w", r.index-n.cfg.CatchUpEntries, err)
+		}
+	}
+	n.log.Info("snapshot saved", zap.Uint64("index", r.index), zap.Int("bytes", len(r.data)))
+	return nil
 }
 
 func (n *Node) propose(p proposal) {
@@ -543,6 +670,20 @@ func (n *Node) failReads(err error) {
 
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// A snapshot from the leader: durable first, then the state
+		// machine jumps to it.
+		md := rd.Snapshot.GetMetadata()
+		if err := n.cfg.Storage.SaveSnapshot(rd.Snapshot); err != nil {
+			return fmt.Errorf("raftnode: saving snapshot at %d: %w", md.GetIndex(), err)
+		}
+		if err := n.cfg.StateMachine.Restore(md.GetIndex(), rd.Snapshot.GetData()); err != nil {
+			return fmt.Errorf("raftnode: restoring snapshot at %d: %w", md.GetIndex(), err)
+		}
+		n.confState = md.GetConfState()
+		n.snapIndex = md.GetIndex()
+		n.setApplied(md.GetIndex())
+	}
 	if err := n.cfg.Storage.Save(rd.HardState, rd.Entries); err != nil {
 		return fmt.Errorf("raftnode: saving %d entries: %w", len(rd.Entries), err)
 	}
@@ -595,12 +736,12 @@ func (n *Node) apply(ents []*raftpb.Entry) {
 		if e.GetType() == raftpb.EntryConfChange {
 			var cc raftpb.ConfChange
 			if err := proto.Unmarshal(e.GetData(), &cc); err == nil {
-				n.rn.ApplyConfChange(&cc)
+				n.confState = n.rn.ApplyConfChange(&cc)
 			}
 		} else if e.GetType() == raftpb.EntryConfChangeV2 {
 			var cc raftpb.ConfChangeV2
 			if err := proto.Unmarshal(e.GetData(), &cc); err == nil {
-				n.rn.ApplyConfChange(&cc)
+				n.confState = n.rn.ApplyConfChange(&cc)
 			}
 		}
 	}
@@ -615,7 +756,14 @@ func (n *Node) apply(ents []*raftpb.Entry) {
 			}
 		}
 	}
+	n.setApplied(last)
+	n.maybeSnapshot(last)
+}
+
+// setApplied records the applied index and wakes WaitApplied callers.
+func (n *Node) setApplied(last uint64) {
 	n.appliedMu.Lock()
+	defer n.appliedMu.Unlock()
 	n.applied = last
 	kept := n.appliedW[:0]
 	for _, w := range n.appliedW {
@@ -626,7 +774,6 @@ func (n *Node) apply(ents []*raftpb.Entry) {
 		}
 	}
 	n.appliedW = kept
-	n.appliedMu.Unlock()
 }
 
 func (n *Node) publishStatus() {

@@ -176,7 +176,7 @@ func (m *Machine) replay(id uint64, s *session, o *outcome) Result {
 	if o.code != CodeQueued {
 		return Result{Code: o.code, Token: o.token}
 	}
-	if l, ok := m.locks[o.name]; ok && l.holder == id {
+	if l, ok := m.locks.lookup(o.name); ok && l.holder == id {
 		return Result{Code: CodeOK, Token: l.token}
 	}
 	if s.names.has(o.name) {
@@ -190,12 +190,12 @@ func (m *Machine) acquire(index, id uint64, s *session, cmd *Command) Result {
 	if !ValidKey(name, m.lim.MaxNameBytes) || len(cmd.Value) > m.lim.MaxValueBytes {
 		return Result{Code: CodeInvalid}
 	}
-	l, held := m.locks[name]
+	l, held := m.locks.lookup(name)
 	if !held {
 		if s.names.len() >= m.lim.MaxLocksPerSession {
 			return Result{Code: CodeLimit}
 		}
-		m.locks[name] = lock{holder: id, token: index}
+		m.locks.set(name, lock{holder: id, token: index})
 		if len(cmd.Value) > 0 {
 			m.values[name] = slices.Clone(cmd.Value)
 		}
@@ -226,7 +226,7 @@ func (m *Machine) acquire(index, id uint64, s *session, cmd *Command) Result {
 }
 
 func (m *Machine) proclaim(id uint64, cmd *Command) Result {
-	l, ok := m.locks[cmd.Name]
+	l, ok := m.locks.lookup(cmd.Name)
 	if !ok || l.holder != id || l.token != cmd.Token {
 		return Result{Code: CodeNotHeld}
 	}
@@ -242,7 +242,7 @@ func (m *Machine) proclaim(id uint64, cmd *Command) Result {
 }
 
 func (m *Machine) release(index, id uint64, s *session, name string, token uint64) (Result, []Event) {
-	l, ok := m.locks[name]
+	l, ok := m.locks.lookup(name)
 	if !ok || l.holder != id || l.token != token {
 		return Result{Code: CodeNotHeld}, nil
 	}
@@ -255,7 +255,7 @@ func (m *Machine) release(index, id uint64, s *session, name string, token uint6
 }
 
 func (m *Machine) withdraw(id uint64, s *session, name string) Result {
-	l, ok := m.locks[name]
+	l, ok := m.locks.lookup(name)
 	if !ok {
 		return Result{Code: CodeWithdrawn}
 	}
@@ -277,12 +277,12 @@ func (m *Machine) handOff(index uint64, name string) (Event, bool) {
 	q := m.queues[name]
 	delete(m.values, name)
 	if len(q) == 0 {
-		delete(m.locks, name)
+		m.locks.del(name)
 		return Event{}, false
 	}
 	next := q[0]
 	m.setQueue(name, q[1:])
-	m.locks[name] = lock{holder: next, token: index}
+	m.locks.set(name, lock{holder: next, token: index})
 	if v, ok := m.waitValues[waitKey{name, next}]; ok {
 		m.values[name] = v
 		delete(m.waitValues, waitKey{name, next})
@@ -328,7 +328,7 @@ func (m *Machine) endSessions(index uint64, ids []uint64) []Event {
 	var waited []string
 	for _, id := range ids {
 		for _, name := range m.sessions[id].names.appendTo(nil) {
-			if m.locks[name].holder != id {
+			if m.locks.get(name).holder != id {
 				waited = append(waited, name)
 			}
 		}
@@ -351,7 +351,7 @@ func (m *Machine) endSessions(index uint64, ids []uint64) []Event {
 	for _, id := range ids {
 		s := m.sessions[id]
 		for _, name := range s.names.sorted() {
-			if m.locks[name].holder != id {
+			if m.locks.get(name).holder != id {
 				continue
 			}
 			if e, granted := m.handOff(index, name); granted {

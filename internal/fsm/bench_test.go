@@ -1,9 +1,11 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // BenchmarkApplyAcquireRelease measures one uncontended acquire plus its
@@ -157,5 +159,69 @@ func BenchmarkExpire100kSessions(b *testing.B) {
 		if res.Code != CodeOK || m.NumSessions() != 1 || len(ev) != sessions+sessions/2*perSession {
 			b.Fatalf("expire: %+v, %d events, %d sessions left", res, len(ev), m.NumSessions())
 		}
+	}
+}
+
+// BenchmarkSnapshot1M measures a snapshot of 1,000,000 locks over 100,000
+// sessions: the pause on the apply goroutine (Snapshot), the time to write
+// it (WriteTo, off the apply goroutine), the longest single apply while the
+// write runs (copy-on-write of a frozen shard), its size, and Restore.
+// Run it with -benchtime=1x.
+func BenchmarkSnapshot1M(b *testing.B) {
+	const sessions, perSession = 100_000, 10
+	m := New(Limits{})
+	index := uint64(0)
+	for range sessions {
+		index++
+		m.Apply(index, 1, &Command{Op: OpOpenSession, TTL: 10e9})
+	}
+	for s := uint64(1); s <= sessions; s++ {
+		for i := range uint64(perSession) {
+			index++
+			m.Apply(index, 1, &Command{Op: OpAcquire, Session: s, Seq: i + 1, Done: i + 1, Name: fmt.Sprintf("lock-%d-%d", s, i)})
+		}
+	}
+	for b.Loop() {
+		start := time.Now()
+		snap := m.Snapshot()
+		pause := time.Since(start)
+
+		// Apply keeps going while the snapshot is written.
+		done := make(chan struct{})
+		var worst time.Duration
+		var applies int
+		go func() {
+			defer close(done)
+			seq := uint64(perSession + 1)
+			for s := uint64(1); s <= sessions; s += 97 {
+				index++
+				t := time.Now()
+				m.Apply(index, 1, &Command{Op: OpAcquire, Session: s, Seq: seq, Done: seq, Name: fmt.Sprintf("extra-%d", s)})
+				worst = max(worst, time.Since(t))
+				applies++
+			}
+		}()
+		var buf bytes.Buffer
+		start = time.Now()
+		if _, err := snap.WriteTo(&buf); err != nil {
+			b.Fatal(err)
+		}
+		write := time.Since(start)
+		<-done
+		start = time.Now()
+		r, err := Restore(buf.Bytes(), Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		restore := time.Since(start)
+		if r.NumLocks() != sessions*perSession {
+			b.Fatalf("restored %d locks", r.NumLocks())
+		}
+		b.ReportMetric(float64(pause.Microseconds())/1000, "pause-ms")
+		b.ReportMetric(float64(write.Milliseconds()), "write-ms")
+		b.ReportMetric(float64(worst.Microseconds())/1000, "max-apply-ms")
+		b.ReportMetric(float64(buf.Len())/(1<<20), "MiB")
+		b.ReportMetric(float64(restore.Milliseconds()), "restore-ms")
+		_ = applies
 	}
 }

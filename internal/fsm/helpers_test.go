@@ -34,14 +34,22 @@ func dump(m *Machine) string {
 		}
 		b.WriteString("]\n")
 	}
-	names := make([]string, 0, len(m.locks))
-	for name := range m.locks {
+	names := make([]string, 0, m.locks.len())
+	for name := range m.locks.all() {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		b.WriteString(formatLock(m.info(name, m.locks[name])))
+		b.WriteString(formatLock(m.info(name, m.locks.get(name))))
 		b.WriteString("\n")
+	}
+	var waiting []string
+	for k, v := range m.waitValues {
+		waiting = append(waiting, fmt.Sprintf("waiting value %q/%d=%q", k.name, k.session, v))
+	}
+	slices.Sort(waiting)
+	for _, w := range waiting {
+		b.WriteString(w + "\n")
 	}
 	return b.String()
 }
@@ -69,7 +77,7 @@ func checkInvariants(m *Machine) error {
 		return fmt.Errorf("%d sessions over the limit %d", len(m.sessions), m.lim.MaxSessions)
 	}
 	for name := range m.values {
-		if _, held := m.locks[name]; !held {
+		if _, held := m.locks.lookup(name); !held {
 			return fmt.Errorf("value kept for free lock %q", name)
 		}
 	}
@@ -78,7 +86,7 @@ func checkInvariants(m *Machine) error {
 			return fmt.Errorf("value kept for session %d, which does not wait for %q", k.session, k.name)
 		}
 	}
-	for name, l := range m.locks {
+	for name, l := range m.locks.all() {
 		if l.holder == 0 || l.token == 0 || l.token > m.applied {
 			return fmt.Errorf("lock %q: holder %d token %d (applied %d)", name, l.holder, l.token, m.applied)
 		}
@@ -118,7 +126,7 @@ func checkInvariants(m *Machine) error {
 		}
 	}
 	for name := range m.queues {
-		if _, ok := m.locks[name]; !ok {
+		if _, ok := m.locks.lookup(name); !ok {
 			return fmt.Errorf("queue of free lock %q", name)
 		}
 	}
@@ -134,7 +142,7 @@ func checkInvariants(m *Machine) error {
 			return fmt.Errorf("session %d: %d locks over the limit", id, len(names))
 		}
 		for _, name := range names {
-			l, ok := m.locks[name]
+			l, ok := m.locks.lookup(name)
 			if !ok {
 				return fmt.Errorf("session %d: lists free lock %q", id, name)
 			}

@@ -33,7 +33,7 @@ type Machine struct {
 	// locks holds only held locks: a lock without a holder has no entry (a
 	// lock with waiters always has a holder, because a free lock is granted
 	// at once).
-	locks map[string]lock
+	locks *lockTable
 	// queues holds the waiters of each held lock that has any, in grant
 	// order; never an empty slice. Kept apart from locks so that the common
 	// uncontended lock costs one small map slot.
@@ -64,7 +64,7 @@ func New(l Limits) *Machine {
 	return &Machine{
 		lim:        withDefaults(l),
 		sessions:   make(map[uint64]*session),
-		locks:      make(map[string]lock),
+		locks:      newLockTable(),
 		queues:     make(map[string][]uint64),
 		values:     make(map[string][]byte),
 		waitValues: make(map[waitKey][]byte),
@@ -114,13 +114,13 @@ func (m *Machine) SetApplied(index uint64) {
 func (m *Machine) NumSessions() int { return len(m.sessions) }
 
 // NumLocks returns the number of held locks (a free lock is not stored).
-func (m *Machine) NumLocks() int { return len(m.locks) }
+func (m *Machine) NumLocks() int { return m.locks.len() }
 
 // Holder describes the lock called name. For a free or never used name it
 // returns LockInfo{Name: name}: Holder 0, Token 0, no waiters. Waiters is a
 // fresh slice (nil when no session waits) in grant order.
 func (m *Machine) Holder(name string) LockInfo {
-	l, ok := m.locks[name]
+	l, ok := m.locks.lookup(name)
 	if !ok {
 		return LockInfo{Name: name}
 	}
@@ -135,8 +135,8 @@ func (m *Machine) info(name string, l lock) LockInfo {
 // with RolePrefix) whose keys sort after the key after, in key order, and
 // whether more follow. It sorts every key: for operators, not hot paths.
 func (m *Machine) Locks(after string, limit int) (out []LockInfo, more bool) {
-	keys := make([]string, 0, len(m.locks))
-	for k := range m.locks {
+	keys := make([]string, 0, m.locks.len())
+	for k := range m.locks.all() {
 		if k > after {
 			keys = append(keys, k)
 		}
@@ -146,7 +146,7 @@ func (m *Machine) Locks(after string, limit int) (out []LockInfo, more bool) {
 		keys, more = keys[:limit], true
 	}
 	for _, k := range keys {
-		out = append(out, m.info(k, m.locks[k]))
+		out = append(out, m.info(k, m.locks.get(k)))
 	}
 	return out, more
 }
@@ -174,7 +174,7 @@ func (m *Machine) Held(id uint64) int {
 	}
 	n := 0
 	for _, name := range s.names.appendTo(nil) {
-		if m.locks[name].holder == id {
+		if m.locks.get(name).holder == id {
 			n++
 		}
 	}
@@ -215,7 +215,7 @@ func (m *Machine) SessionLocks(id uint64) []LockInfo {
 	}
 	var out []LockInfo
 	for _, name := range s.names.sorted() {
-		if l := m.locks[name]; l.holder == id {
+		if l := m.locks.get(name); l.holder == id {
 			out = append(out, m.info(name, l))
 		}
 	}

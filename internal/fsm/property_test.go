@@ -98,6 +98,11 @@ func (h *harness) step(rt *rapid.T) {
 	case kind < 9:
 		h.garbage(rt)
 		return
+	case kind < 11:
+		// Machine b continues from a snapshot of itself: a restored
+		// machine must be indistinguishable from the one that wrote it.
+		h.b = roundTrip(rt, h.b)
+		return
 	}
 	cmd := h.command(rt)
 	h.index += uint64(rapid.IntRange(1, 2).Draw(rt, "gap"))

@@ -54,10 +54,10 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
 	}
 	if cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim {
-		if !fsm.ValidKey(cmd.Name, s.m.Limits().MaxNameBytes) {
+		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
 		}
-		if len(cmd.Value) > s.m.Limits().MaxValueBytes {
+		if len(cmd.Value) > s.lim.MaxValueBytes {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
 		}
 	}
@@ -185,7 +185,7 @@ func response(r fsm.Result) *lockpb.Response {
 // applied that index. It works on every replica; one cut off from the
 // majority blocks until ctx ends.
 func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockpb.HolderResponse, error) {
-	if !fsm.ValidKey(req.GetName(), s.m.Limits().MaxNameBytes) {
+	if !fsm.ValidKey(req.GetName(), s.lim.MaxNameBytes) {
 		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
 	}
 	if err := s.linearize(ctx); err != nil {

@@ -61,6 +61,8 @@ type Service struct {
 	raft Raft
 	rnd  *rand.Rand // nonces; guarded by mu
 
+	lim fsm.Limits // the table's effective limits (fixed)
+
 	mu       sync.Mutex
 	m        *fsm.Machine
 	ready    bool   // leader of term, with every earlier entry applied
@@ -99,12 +101,14 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	m := fsm.New(cfg.Limits)
 	return &Service{
+		lim:      m.Limits(),
 		cfg:      cfg,
 		clk:      cfg.Clock,
 		log:      cfg.Logger,
 		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		m:        fsm.New(cfg.Limits),
+		m:        m,
 		last:     make(map[uint64]time.Time),
 		expiring: make(map[uint64]bool),
 		requests: make(map[reqKey][]chan outcome),
@@ -119,7 +123,7 @@ func New(cfg Config) *Service {
 func (s *Service) Bind(r Raft) { s.raft = r }
 
 // Limits returns the effective limits of the lock table.
-func (s *Service) Limits() fsm.Limits { return s.m.Limits() }
+func (s *Service) Limits() fsm.Limits { return s.lim }
 
 // Run scans session timers until Stop. Call it in its own goroutine.
 func (s *Service) Run() {

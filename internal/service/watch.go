@@ -102,7 +102,7 @@ func sameGrant(a, b fsm.LockInfo) bool {
 
 // Observe is the gRPC form of Watch.
 func (s *Service) Observe(req *lockpb.HolderRequest, stream lockpb.Lock_ObserveServer) error {
-	if !fsm.ValidKey(req.GetName(), s.m.Limits().MaxNameBytes) {
+	if !fsm.ValidKey(req.GetName(), s.lim.MaxNameBytes) {
 		return stream.Send(&lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"})
 	}
 	for li := range s.Watch(stream.Context(), req.GetName()) {

@@ -1,0 +1,439 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// waitDone fails the test unless c closes within waitTimeout.
+func waitDone(t *testing.T, what string, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// waitGroup waits for wg within waitTimeout.
+func waitGroup(t *testing.T, what string, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitDone(t, what, done)
+}
+
+// TestPersistBeforeSend checks the Ready contract (invariant 10) on every
+// message of an election, replication and a leadership transfer: the
+// harness's transport compares each outgoing message with the sender's
+// store at the moment Send is called.
+func TestPersistBeforeSend(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	for i := range 20 {
+		c.propose(lead, fmt.Sprintf("a%02d", i))
+	}
+	c.waitApplied("a19", c.ids...)
+
+	next := c.others(lead)[0]
+	c.transfer(next)
+	for i := range 20 {
+		c.propose(next, fmt.Sprintf("b%02d", i))
+	}
+	c.waitApplied("b19", c.ids...)
+
+	if v := c.takeViolations(); len(v) > 0 {
+		t.Fatalf("messages sent before what they depend on was saved:\n%v", v)
+	}
+	// The checks above must have run on the messages that matter.
+	for _, what := range []string{"entries sent", "votes granted", "appends acknowledged"} {
+		if c.count(what) == 0 {
+			t.Errorf("no %s were checked", what)
+		}
+	}
+}
+
+// TestSaveErrorStopsNode: a failed Save stops the node for good and
+// nothing of the failed Ready (or after it) leaves the node.
+func TestSaveErrorStopsNode(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "before")
+	c.waitApplied("before", c.ids...)
+
+	n := c.nodes[lead]
+	injected := errors.New("injected fsync failure")
+	c.stores[lead].failNow(injected)
+	// The proposal enters raft's log; the Save of its Ready fails. Whether
+	// Propose sees the acceptance or the stop first is a race.
+	if err := n.Propose(testCtx(t), []byte("doomed")); err != nil && !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose on the failing leader: %v", err)
+	}
+	waitDone(t, "the node to stop after its Save failed", n.Done())
+
+	if calls := c.fatals[lead].calls(); len(calls) != 1 || !errors.Is(calls[0], injected) {
+		t.Fatalf("OnFatal calls = %v, want exactly one wrapping %v", calls, injected)
+	}
+	if err := n.Err(); !errors.Is(err, injected) {
+		t.Fatalf("Err() = %v, want it to wrap %v", err, injected)
+	}
+	if !c.stores[lead].hasFailed() {
+		t.Fatal("the node stopped but its store never returned the error")
+	}
+	ctx := testCtx(t)
+	if err := n.Propose(ctx, []byte("later")); !errors.Is(err, ErrStopped) {
+		t.Errorf("Propose after the failure = %v, want ErrStopped", err)
+	}
+	if _, err := n.ReadIndex(ctx); !errors.Is(err, ErrStopped) {
+		t.Errorf("ReadIndex after the failure = %v, want ErrStopped", err)
+	}
+	if err := n.WaitApplied(ctx, 1<<40); !errors.Is(err, ErrStopped) {
+		t.Errorf("WaitApplied after the failure = %v, want ErrStopped", err)
+	}
+	if got := c.sms[lead].lastLeadershipEvent(); got != "lost" {
+		t.Errorf("the stopped leader's last leadership call is %q, want LeaderLost", got)
+	}
+	n.Stop() // idempotent after a fatal stop
+	if calls := c.fatals[lead].calls(); len(calls) != 1 {
+		t.Errorf("OnFatal called %d times, want 1", len(calls))
+	}
+
+	// The other two carry on; the entry whose Save failed was never sent,
+	// so it is applied nowhere.
+	rest := c.others(lead)
+	newLead := c.waitLeader(rest...)
+	c.propose(newLead, "after")
+	c.waitApplied("after", rest...)
+	for _, id := range c.ids {
+		if c.sms[id].indexOf("doomed") != 0 {
+			t.Errorf("node %d applied the entry whose Save failed", id)
+		}
+	}
+	if v := c.takeViolations(); len(v) > 0 {
+		t.Fatalf("sent after a failed Save:\n%v", v)
+	}
+}
+
+// TestProposalBatching: proposals that queue while the leader is busy
+// (here: its previous write is slow) go into one Ready and one Save, and
+// every node applies the same entries in the same order.
+func TestProposalBatching(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	n := c.nodes[lead]
+
+	// Sequential proposals keep their order.
+	var want []string
+	for i := range 10 {
+		d := fmt.Sprintf("s%02d", i)
+		c.propose(lead, d)
+		want = append(want, d)
+	}
+	// Their Readys are saved before the next write is held.
+	c.waitApplied(want[len(want)-1], c.ids...)
+
+	g := c.stores[lead].holdNextSave()
+	c.propose(lead, "slow")
+	want = append(want, "slow")
+	waitDone(t, "the leader's Save to block", g.entered)
+	before := len(c.stores[lead].saveCalls())
+
+	const concurrent = 200
+	errs := make(chan error, concurrent)
+	var wg sync.WaitGroup
+	batch := make(map[string]bool)
+	for i := range concurrent {
+		d := fmt.Sprintf("c%03d", i)
+		batch[d] = true
+		wg.Go(func() { errs <- n.Propose(testCtx(t), []byte(d)) })
+	}
+	c.waitFor("the proposals to queue", func() bool { return len(n.propc) == concurrent })
+	g.open()
+	waitGroup(t, "the proposals", &wg)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Propose: %v", err)
+		}
+	}
+
+	total := len(want) + concurrent
+	c.tickUntil("every entry applied everywhere", func() bool {
+		for _, id := range c.ids {
+			if len(c.sms[id].data()) < total {
+				return false
+			}
+		}
+		return true
+	})
+	var calls, entries int
+	for _, s := range c.stores[lead].saveCalls()[before:] {
+		if s.data > 0 {
+			calls++
+			entries += s.data
+		}
+	}
+	if entries != concurrent+1 {
+		t.Fatalf("leader saved %d proposals after the slow write began, want %d", entries, concurrent+1)
+	}
+	if calls > 2 {
+		t.Errorf("leader used %d Saves for the slow write and %d queued proposals, want 2 (one per Ready)", calls, concurrent)
+	}
+
+	ref := c.sms[lead].data()
+	if len(ref) != total {
+		t.Fatalf("leader applied %d entries, want %d", len(ref), total)
+	}
+	if !slices.Equal(ref[:len(want)], want) {
+		t.Errorf("sequential proposals applied as %v, want %v", ref[:len(want)], want)
+	}
+	for _, d := range ref[len(want):] {
+		if !batch[d] {
+			t.Errorf("unexpected or repeated entry %q", d)
+		}
+		delete(batch, d)
+	}
+	for _, id := range c.ids {
+		if got := c.sms[id].data(); !slices.Equal(got, ref) {
+			t.Errorf("node %d applied a different sequence than the leader %d", id, lead)
+		}
+	}
+}
+
+// TestLeaderReadyAndLost: LeaderReady is called once per leadership, right
+// after the new leader applied an entry of its own term; LeaderLost when
+// leadership moves away (a transfer, then a partition).
+func TestLeaderReadyAndLost(t *testing.T) {
+	c := newCluster(t, 3)
+	l1 := c.waitLeader()
+	t1 := c.nodes[l1].Status().Term
+
+	l2 := c.others(l1)[0]
+	c.transfer(l2)
+	t2 := c.nodes[l2].Status().Term
+	c.tickUntil("LeaderLost on the old leader", func() bool { return c.sms[l1].lastLeadershipEvent() == "lost" })
+
+	c.isolate(l2)
+	rest := c.others(l2)
+	l3 := c.waitLeader(rest...)
+	t3 := c.nodes[l3].Status().Term
+	c.tickUntil("LeaderLost on the partitioned leader", func() bool {
+		return c.sms[l2].lastLeadershipEvent() == "lost" && c.nodes[l2].Status().State != raft.StateLeader
+	})
+	c.heal()
+	c.propose(l3, "healed")
+	c.waitApplied("healed", c.ids...)
+
+	ready := c.checkLeadership()
+	if !slices.Contains(ready[l1], t1) || !slices.Contains(ready[l2], t2) || !slices.Contains(ready[l3], t3) {
+		t.Fatalf("LeaderReady terms by node = %v, want %d:%d, %d:%d, %d:%d", ready, l1, t1, l2, t2, l3, t3)
+	}
+	if !(t1 < t2 && t2 < t3) {
+		t.Fatalf("terms %d, %d, %d do not increase", t1, t2, t3)
+	}
+	if got := c.sms[l3].lastLeadershipEvent(); got != "ready" {
+		t.Errorf("current leader %d's last leadership call is %q, want LeaderReady", l3, got)
+	}
+	c.nodes[l3].Stop()
+	if got := c.sms[l3].lastLeadershipEvent(); got != "lost" {
+		t.Errorf("stopped leader %d's last leadership call is %q, want LeaderLost", l3, got)
+	}
+}
+
+// TestReadIndexSharesRounds: ReadIndex calls that arrive together share
+// one confirmation round (one heartbeat with a read context per follower).
+func TestReadIndexSharesRounds(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	n := c.nodes[lead]
+	follower := c.others(lead)[0]
+	var counting atomic.Bool
+	var rounds atomic.Int64
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if counting.Load() && from == lead && m.GetTo() == follower &&
+			m.GetType() == raftpb.MsgHeartbeat && len(m.GetContext()) > 0 {
+			rounds.Add(1)
+		}
+		return true
+	})
+	c0 := n.Status().Commit
+
+	// Keep the leader's loop busy in a slow write while the reads arrive.
+	g := c.stores[lead].holdNextSave()
+	c.propose(lead, "busy")
+	waitDone(t, "the leader's Save to block", g.entered)
+
+	const reads = 50
+	idx := make([]uint64, reads)
+	errs := make([]error, reads)
+	var wg sync.WaitGroup
+	for i := range reads {
+		wg.Go(func() { idx[i], errs[i] = n.ReadIndex(testCtx(t)) })
+	}
+	c.waitFor("the reads to queue", func() bool { return len(n.readc) == reads })
+	counting.Store(true)
+	g.open()
+	waitGroup(t, "the reads", &wg)
+	counting.Store(false)
+
+	for i := range reads {
+		if errs[i] != nil {
+			t.Fatalf("ReadIndex %d: %v", i, errs[i])
+		}
+		if idx[i] < c0 {
+			t.Fatalf("ReadIndex %d = %d, below the commit index %d at the call", i, idx[i], c0)
+		}
+	}
+	if r := rounds.Load(); r == 0 || r > 2 {
+		t.Fatalf("%d concurrent ReadIndex calls took %d confirmation rounds, want 1", reads, r)
+	}
+	if err := n.WaitApplied(testCtx(t), slices.Max(idx)); err != nil {
+		t.Fatalf("WaitApplied: %v", err)
+	}
+}
+
+// TestReadIndexCutOff: a replica cut off from the majority (the old
+// leader, or a follower) never answers a ReadIndex; once healed, its
+// ReadIndex covers what the majority wrote meanwhile (invariant 9).
+func TestReadIndexCutOff(t *testing.T) {
+	for _, who := range []string{"leader", "follower"} {
+		t.Run(who, func(t *testing.T) {
+			c := newCluster(t, 3)
+			lead := c.waitLeader()
+			cutOff := lead
+			if who == "follower" {
+				cutOff = c.others(lead)[0]
+			}
+			n := c.nodes[cutOff]
+			c.isolate(cutOff)
+			stop := c.tickInBackground()
+
+			const wait = 300 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			idx, err := n.ReadIndex(ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("ReadIndex on the cut-off %s = %d, %v; want the context's deadline error", who, idx, err)
+			}
+
+			rest := c.others(cutOff)
+			var newLead uint64
+			c.waitFor("a leader of the majority", func() bool {
+				newLead = c.leaderAmong(rest)
+				return newLead != 0
+			})
+			if err := c.nodes[newLead].Propose(testCtx(t), []byte("w")); err != nil {
+				t.Fatalf("Propose on %d: %v", newLead, err)
+			}
+			c.waitFor("the majority's write", func() bool { return c.sms[newLead].indexOf("w") != 0 })
+			w := c.sms[newLead].indexOf("w")
+
+			c.heal()
+			idx, err = n.ReadIndex(testCtx(t))
+			if err != nil {
+				t.Fatalf("ReadIndex after healing: %v", err)
+			}
+			if idx < w {
+				t.Fatalf("ReadIndex after healing = %d, below the majority's write at %d", idx, w)
+			}
+			if err := n.WaitApplied(testCtx(t), idx); err != nil {
+				t.Fatalf("WaitApplied(%d): %v", idx, err)
+			}
+			if c.sms[cutOff].indexOf("w") != w {
+				t.Fatalf("after WaitApplied(%d), node %d has not applied the write at %d", idx, cutOff, w)
+			}
+			stop()
+		})
+	}
+}
+
+// TestReadIndexOnFollower: a follower's ReadIndex goes through the leader:
+// it returns at least the leader's commit index at the call even though
+// the follower has not received those entries, and WaitApplied completes
+// once they arrive.
+func TestReadIndexOnFollower(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	f := c.others(lead)[0]
+	var mu sync.Mutex
+	var held []*raftpb.Message
+	holding := true
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if from != lead || m.GetTo() != f || m.GetType() != raftpb.MsgApp {
+			return true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if holding {
+			held = append(held, proto.Clone(m).(*raftpb.Message))
+		}
+		return !holding
+	})
+	for i := range 5 {
+		c.propose(lead, fmt.Sprintf("r%d", i))
+	}
+	c.waitFor("the leader to apply r4", func() bool { return c.sms[lead].indexOf("r4") != 0 })
+	c0 := c.nodes[lead].Status().Commit
+	if a := c.nodes[f].Status().Applied; a >= c0 {
+		t.Fatalf("follower applied %d though appends up to %d were held", a, c0)
+	}
+
+	idx, err := c.nodes[f].ReadIndex(testCtx(t))
+	if err != nil {
+		t.Fatalf("ReadIndex on the follower: %v", err)
+	}
+	if idx < c0 {
+		t.Fatalf("ReadIndex on the follower = %d, below the leader's commit %d at the call", idx, c0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = c.nodes[f].WaitApplied(ctx, idx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitApplied(%d) while the entries are held = %v, want the context's deadline error", idx, err)
+	}
+
+	mu.Lock()
+	holding = false
+	for _, m := range held {
+		c.deliver(m)
+	}
+	mu.Unlock()
+	c.tickInBackground()
+	if err := c.nodes[f].WaitApplied(testCtx(t), idx); err != nil {
+		t.Fatalf("WaitApplied(%d): %v", idx, err)
+	}
+	if got := c.sms[f].data(); !slices.Equal(got, []string{"r0", "r1", "r2", "r3", "r4"}) {
+		t.Fatalf("follower applied %v", got)
+	}
+}
+
+// TestProposeOnFollower: only the leader accepts proposals.
+func TestProposeOnFollower(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	for _, id := range c.others(lead) {
+		if err := c.nodes[id].Propose(testCtx(t), []byte("x")); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("Propose on follower %d = %v, want ErrNotLeader", id, err)
+		}
+	}
+	c.propose(lead, "y")
+	c.waitApplied("y", c.ids...)
+	for _, id := range c.ids {
+		if c.sms[id].indexOf("x") != 0 {
+			t.Errorf("node %d applied a proposal made on a follower", id)
+		}
+	}
+}
