@@ -356,7 +356,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 
 // minSettle is the least time given to settling an acquire, even when the
 // caller's deadline leaves less.
-const minSettle = 20 * time.Millisecond
+const minSettle = 50 * time.Millisecond
 
 // waitContext derives the context an acquire waits under: it ends when ctx
 // ends or, when ctx has a deadline, min(grace, half the remaining time)
@@ -394,7 +394,9 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 		if end := s.alive(); end != nil {
 			return nil, errors.Join(cause, end)
 		}
-		s.end(errAbandoned, false)
+		// Closing it (best effort, in the background) frees whatever it
+		// was granted as soon as the cluster can hear us.
+		s.end(errAbandoned, true)
 		return nil, errors.Join(cause, errAbandoned)
 	}
 	if resp.GetCode() == lockpb.Code_CODE_OK {
