@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -16,8 +18,16 @@ import (
 // when a Config field is missing or out of range.
 var ErrInvalidConfig = errors.New("quorumlock: invalid transport config")
 
-// DefaultQueueSize is the default of Config.QueueSize.
-const DefaultQueueSize = 4096
+const (
+	// DefaultQueueSize is the default of Config.QueueSize.
+	DefaultQueueSize = 4096
+	// DefaultMaxSnapshotBytes is the default of Config.MaxSnapshotBytes:
+	// 1 GiB.
+	DefaultMaxSnapshotBytes = 1 << 30
+	// DefaultSnapshotStallTimeout is the default of
+	// Config.SnapshotStallTimeout.
+	DefaultSnapshotStallTimeout = 30 * time.Second
+)
 
 // Config configures a Transport. New applies defaults to a copy; the
 // caller's value is never modified.
@@ -36,10 +46,12 @@ type Config struct {
 	Peers map[uint64]string
 
 	// Handler is called for every message received from a peer, in the order
-	// that peer sent them. It is called from transport goroutines (one at a
-	// time per peer, concurrently across peers) and must not block for long:
-	// while it runs, that peer's stream does not advance. Handler owns the
-	// message. It must not call Close. Required.
+	// that peer sent them, except that a MsgSnap, which travels on a stream
+	// of its own, may come before or after the messages sent around it. It
+	// is called from transport goroutines (one at a time per peer,
+	// concurrently across peers) and must not block for long: while it runs,
+	// that peer's stream does not advance. Handler owns the message. It must
+	// not call Close. Required.
 	Handler func(m *raftpb.Message)
 
 	// Unreachable, if set, is called when messages to id could not be
@@ -53,12 +65,16 @@ type Config struct {
 	Unreachable func(id uint64)
 
 	// SnapshotStatus, if set, is called for a MsgSnap after its fate is
-	// known: raft.SnapshotFinish once the frame carrying it was handed to
-	// the stream, raft.SnapshotFailure when it was dropped or the send
-	// failed. The raft driver passes it to RawNode.ReportSnapshot (without
-	// it, a leader whose MsgSnap was lost waits in snapshot state). Called
-	// like Unreachable: from the same single goroutine, coalesced to the
-	// latest status per peer. The default is nil: not reported.
+	// known: raft.SnapshotFinish once the receiver acknowledged that the
+	// whole snapshot arrived intact and was handed to its Handler,
+	// raft.SnapshotFailure when the transfer failed, stalled (see
+	// SnapshotStallTimeout) or was refused. A MsgSnap superseded by a newer
+	// one to the same peer before its transfer started is not reported on
+	// its own: the newer one's status stands for both. The raft driver
+	// passes it to RawNode.ReportSnapshot (without it, a leader whose MsgSnap
+	// was lost waits in snapshot state). Called like Unreachable: from the
+	// same single goroutine, coalesced to the latest status per peer. The
+	// default is nil: not reported.
 	SnapshotStatus func(id uint64, status raft.SnapshotStatus)
 
 	// Dialer, if set, opens the connections to peers (it is passed to
@@ -80,6 +96,24 @@ type Config struct {
 	// peer. Send drops messages to a peer whose queue is full. The default
 	// is DefaultQueueSize (4096); it must not be negative.
 	QueueSize int
+
+	// MaxSnapshotBytes bounds, in bytes, the snapshot data this replica
+	// accepts from a peer. A transfer that announces more is refused before
+	// any buffer is allocated for it (the sender sees codes.ResourceExhausted
+	// and reports raft.SnapshotFailure). It should exceed the largest
+	// snapshot the state machine can produce, on every member. The default
+	// is DefaultMaxSnapshotBytes (1 GiB); it must not be negative.
+	MaxSnapshotBytes int64
+
+	// SnapshotStallTimeout is the longest a snapshot transfer may make no
+	// progress before it is abandoned: on the sending side, for the
+	// connection to open, for the stream to take the next chunk (gRPC flow
+	// control holds it while the receiver does not read) and for the
+	// receiver's acknowledgement; on the receiving side, between two chunks.
+	// It bounds stalls, not the whole transfer, so it does not depend on the
+	// snapshot's size. The default is DefaultSnapshotStallTimeout (30 s); it
+	// must not be negative.
+	SnapshotStallTimeout time.Duration
 }
 
 // withDefaults returns a copy of c with defaults applied and Peers copied.
@@ -94,6 +128,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QueueSize == 0 {
 		c.QueueSize = DefaultQueueSize
+	}
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if c.SnapshotStallTimeout == 0 {
+		c.SnapshotStallTimeout = DefaultSnapshotStallTimeout
 	}
 	if c.Dialer == nil {
 		var d net.Dialer
@@ -116,6 +156,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Handler is nil", ErrInvalidConfig)
 	case c.QueueSize < 0:
 		return fmt.Errorf("%w: QueueSize %d is negative", ErrInvalidConfig, c.QueueSize)
+	case c.MaxSnapshotBytes < 0 || uint64(c.MaxSnapshotBytes) > math.MaxInt:
+		return fmt.Errorf("%w: MaxSnapshotBytes %d is out of range", ErrInvalidConfig, c.MaxSnapshotBytes)
+	case c.SnapshotStallTimeout < 0:
+		return fmt.Errorf("%w: SnapshotStallTimeout %v is negative", ErrInvalidConfig, c.SnapshotStallTimeout)
 	}
 	if _, ok := c.Peers[c.ID]; !ok {
 		return fmt.Errorf("%w: Peers does not list ID %d", ErrInvalidConfig, c.ID)

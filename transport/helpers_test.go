@@ -141,9 +141,9 @@ func newNode(t *testing.T, cfg transport.Config, lis net.Listener) *node {
 	return n
 }
 
-// serve starts a new gRPC server for n's transport on lis.
-func (n *node) serve(lis net.Listener) {
-	srv := grpc.NewServer()
+// serve starts a new gRPC server for n's transport on lis, built with opts.
+func (n *node) serve(lis net.Listener, opts ...grpc.ServerOption) {
+	srv := grpc.NewServer(opts...)
 	n.tr.Register(srv)
 	n.mu.Lock()
 	n.srv = srv

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -42,8 +41,10 @@ const (
 // another cluster or member.
 var errRejected = errors.New("quorumlock: peer handshake rejected")
 
-// peer is the outbound side of the transport for one member: its queue and
-// the goroutine (run) that connects and sends.
+// peer is the transport's state for one member: on the outbound side its
+// queue and the goroutine (run) that connects and sends, and its snapshot
+// slot and the goroutine (runSnapshots) that transfers snapshots; on the
+// inbound side the lock that serializes its Handler calls.
 type peer struct {
 	t     *Transport
 	id    uint64
@@ -54,6 +55,15 @@ type peer struct {
 	// Owned by the run goroutine.
 	held     *raftpb.Message // taken from queue but did not fit into the last frame
 	sizeHint int             // arena capacity for the next frame, in bytes
+
+	snapMu      sync.Mutex
+	snapPending *raftpb.Message // the next MsgSnap to transfer, if any
+	snapKick    chan struct{}   // capacity 1: snapPending was set
+
+	// deliver is held around Handler calls for messages from this member, so
+	// that its message stream and its snapshot stream call Handler one at a
+	// time.
+	deliver sync.Mutex
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -64,6 +74,7 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		log:      t.log.With(zap.Uint64("peer", id), zap.String("addr", addr)),
 		queue:    make(chan *raftpb.Message, t.cfg.QueueSize),
 		sizeHint: 512,
+		snapKick: make(chan struct{}, 1),
 	}
 }
 
@@ -85,7 +96,7 @@ func (p *peer) run() {
 		}
 		failures++
 		if p.held != nil {
-			p.drop(p.held)
+			p.drop()
 			p.held = nil
 		}
 		p.t.rep.unreachable(p.id)
@@ -118,19 +129,16 @@ func (p *peer) wait(ctx context.Context, d time.Duration) bool {
 			return false
 		case <-timer.C:
 			return true
-		case m := <-p.queue:
-			p.drop(m)
+		case <-p.queue:
+			p.drop()
 		}
 	}
 }
 
-// drop counts a message that will not be sent and reports a MsgSnap as
-// failed. The caller reports Unreachable.
-func (p *peer) drop(m *raftpb.Message) {
+// drop counts a message that will not be sent. The caller reports
+// Unreachable.
+func (p *peer) drop() {
 	p.t.stats.dropped.Add(1)
-	if isSnapshot(m) {
-		p.t.rep.snapshotFailed(p.id)
-	}
 }
 
 // attempt makes one connection: it dials, shakes hands and sends until the
@@ -143,11 +151,7 @@ func (p *peer) attempt(ctx context.Context) (connected bool, err error) {
 
 	// One ClientConn per attempt: the reconnect schedule is this package's
 	// backoff, not gRPC's (which starts at 1 s and grows to 2 min).
-	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(p.t.cfg.Dialer),
-	}, p.t.cfg.DialOptions...)
-	cc, err := grpc.NewClient("passthrough:///"+p.addr, opts...)
+	cc, err := p.dial()
 	if err != nil {
 		return false, err
 	}
@@ -179,6 +183,15 @@ func (p *peer) attempt(ctx context.Context) (connected bool, err error) {
 	return true, p.pump(ctx, stream, broken)
 }
 
+// dial returns a new ClientConn to the peer. It connects on first use.
+func (p *peer) dial() (*grpc.ClientConn, error) {
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(p.t.cfg.Dialer),
+	}, p.t.cfg.DialOptions...)
+	return grpc.NewClient("passthrough:///"+p.addr, opts...)
+}
+
 // handshake opens the stream and exchanges Hellos (steps 1 and 3 of the
 // protocol in doc.go) within handshakeTimeout, after which it cancels the
 // attempt through cancel.
@@ -200,11 +213,7 @@ func (p *peer) handshake(ctx context.Context, cancel context.CancelFunc, cc *grp
 		return nil, fmt.Errorf("handshake did not finish within %v", handshakeTimeout)
 	}
 	if err != nil {
-		if c := status.Code(err); c == codes.PermissionDenied || c == codes.FailedPrecondition {
-			p.t.stats.outboundRejected.Add(1)
-			return nil, fmt.Errorf("%w: %v", errRejected, err)
-		}
-		return nil, err
+		return nil, p.rejection(err)
 	}
 	if h := answer.GetHello(); h.GetClusterId() != cfg.ClusterID || h.GetFrom() != p.id || h.GetTo() != cfg.ID {
 		p.t.stats.outboundRejected.Add(1)
@@ -229,16 +238,13 @@ func (p *peer) pump(ctx context.Context, stream lockpb.Peer_StreamClient, broken
 			case m = <-p.queue:
 			}
 		}
-		frame, snap := p.fill(m)
+		frame := p.fill(m)
 		n := uint64(len(frame.Messages))
 		if n == 0 {
 			continue
 		}
 		if err := stream.Send(frame); err != nil {
 			p.t.stats.dropped.Add(n)
-			if snap {
-				p.t.rep.snapshotFailed(p.id)
-			}
 			if errors.Is(err, io.EOF) {
 				// The stream has ended; its status comes from Recv.
 				select {
@@ -250,17 +256,13 @@ func (p *peer) pump(ctx context.Context, stream lockpb.Peer_StreamClient, broken
 		}
 		p.t.stats.messagesSent.Add(n)
 		p.t.stats.framesSent.Add(1)
-		if snap {
-			p.t.rep.snapshotSent(p.id)
-		}
 	}
 }
 
 // fill builds the frame that starts with m and goes on with whatever is
 // already queued, up to maxFrameMessages and maxFrameBytes. A message that
-// does not fit is kept in p.held for the next frame. snap reports whether
-// the frame carries a MsgSnap.
-func (p *peer) fill(m *raftpb.Message) (frame *lockpb.PeerFrame, snap bool) {
+// does not fit is kept in p.held for the next frame.
+func (p *peer) fill(m *raftpb.Message) *lockpb.PeerFrame {
 	// A fresh arena per frame: gRPC may read a sent message lazily (stats
 	// handlers), so its bytes are never reused.
 	arena := make([]byte, 0, p.sizeHint)
@@ -274,7 +276,7 @@ func (p *peer) fill(m *raftpb.Message) (frame *lockpb.PeerFrame, snap bool) {
 		switch {
 		case err != nil:
 			arena = arena[:start]
-			p.drop(m)
+			p.drop()
 			p.log.Error("cannot marshal raft message; dropped", zap.Stringer("type", m.GetType()), zap.Error(err))
 		case len(msgs) > 0 && size+n+frameOverhead > maxFrameBytes:
 			p.held = m
@@ -287,7 +289,6 @@ func (p *peer) fill(m *raftpb.Message) (frame *lockpb.PeerFrame, snap bool) {
 			}
 			msgs = append(msgs, arena[start:len(arena):len(arena)])
 			size += n + frameOverhead
-			snap = snap || isSnapshot(m)
 		}
 		m = nil
 		if len(msgs) < maxFrameMessages {
@@ -298,7 +299,7 @@ func (p *peer) fill(m *raftpb.Message) (frame *lockpb.PeerFrame, snap bool) {
 		}
 	}
 	p.sizeHint = min(max(size, 512), maxFrameBytes)
-	return &lockpb.PeerFrame{Messages: msgs}, snap
+	return &lockpb.PeerFrame{Messages: msgs}
 }
 
 // backoff is the reconnect schedule of one peer.

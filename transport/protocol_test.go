@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"hash/crc32"
 	"sync"
 	"testing"
 
@@ -203,5 +204,98 @@ func TestClientVerifiesAnswer(t *testing.T) {
 				t.Fatalf("%d messages reached a peer that answered as %v", fake.messages, tc.answer)
 			}
 		})
+	}
+}
+
+// sendSnapshotChunks opens a Peer.Snapshot stream to addr without a
+// Transport, sends chunks and returns the outcome.
+func sendSnapshotChunks(t *testing.T, addr string, chunks ...*lockpb.SnapshotChunk) (*lockpb.SnapshotAck, error) {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	s, err := lockpb.NewPeerClient(cc).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range chunks {
+		if err := s.Send(c); err != nil {
+			break // the receiver ended the stream; CloseAndRecv says why
+		}
+	}
+	return s.CloseAndRecv()
+}
+
+// Every violation of the snapshot protocol ends the transfer with the code
+// doc.go names, and nothing of it reaches Handler; a valid transfer is
+// acknowledged with the receiver's Hello.
+func TestSnapshotProtocol(t *testing.T) {
+	const marker = 666
+	lis := listen(t)
+	a := newNode(t, transport.Config{ClusterID: 1, ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1"},
+		MaxSnapshotBytes: 1 << 10}, lis)
+	hello := &lockpb.Hello{ClusterId: 1, From: 2, To: 1}
+	snap := func(from uint64, data []byte) []byte {
+		m := msg(from, 1, marker)
+		m.Type = raftpb.MsgSnap.Enum()
+		m.Snapshot = &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(7), Term: proto.Uint64(1)}}
+		return marshal(t, m)
+	}
+	data := []byte("lock table")
+	sum := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+	header := func(total uint64, crc uint32) *lockpb.SnapshotChunk {
+		return &lockpb.SnapshotChunk{Hello: hello, Message: snap(2, nil), Total: total, Crc32C: crc}
+	}
+	chunk := func(off uint64, d []byte) *lockpb.SnapshotChunk { return &lockpb.SnapshotChunk{Offset: off, Data: d} }
+
+	for _, tc := range []struct {
+		name     string
+		chunks   []*lockpb.SnapshotChunk
+		want     codes.Code
+		rejected bool // counted in SnapshotsRejected (after the handshake)
+	}{
+		{"no hello", []*lockpb.SnapshotChunk{{Message: snap(2, nil), Total: 1}, chunk(0, data)}, codes.InvalidArgument, false},
+		{"other cluster", []*lockpb.SnapshotChunk{{Hello: &lockpb.Hello{ClusterId: 7, From: 2, To: 1}, Message: snap(2, nil)}}, codes.FailedPrecondition, false},
+		{"unknown member", []*lockpb.SnapshotChunk{{Hello: &lockpb.Hello{ClusterId: 1, From: 9, To: 1}, Message: snap(9, nil)}}, codes.PermissionDenied, false},
+		{"not a MsgSnap", []*lockpb.SnapshotChunk{{Hello: hello, Message: marshal(t, msg(2, 1, marker))}}, codes.InvalidArgument, true},
+		{"message from another member", []*lockpb.SnapshotChunk{{Hello: hello, Message: snap(3, nil)}}, codes.InvalidArgument, true},
+		{"data in the header", []*lockpb.SnapshotChunk{{Hello: hello, Message: snap(2, data), Total: 0}}, codes.InvalidArgument, true},
+		{"data in the first chunk", []*lockpb.SnapshotChunk{{Hello: hello, Message: snap(2, nil), Total: uint64(len(data)), Data: data}}, codes.InvalidArgument, true},
+		{"over the limit", []*lockpb.SnapshotChunk{header(1<<10+1, sum)}, codes.ResourceExhausted, true},
+		{"gap", []*lockpb.SnapshotChunk{header(uint64(len(data)), sum), chunk(0, data[:3]), chunk(4, data[4:])}, codes.InvalidArgument, true},
+		{"past the total", []*lockpb.SnapshotChunk{header(3, sum), chunk(0, data)}, codes.InvalidArgument, true},
+		{"second header", []*lockpb.SnapshotChunk{header(uint64(len(data)), sum), header(uint64(len(data)), sum)}, codes.InvalidArgument, true},
+		{"incomplete", []*lockpb.SnapshotChunk{header(uint64(len(data)), sum), chunk(0, data[:3])}, codes.InvalidArgument, true},
+		{"bad CRC", []*lockpb.SnapshotChunk{header(uint64(len(data)), sum^1), chunk(0, data[:3]), chunk(3, data[3:])}, codes.DataLoss, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.tr.Stats().SnapshotsRejected
+			_, err := sendSnapshotChunks(t, a.addr, tc.chunks...)
+			if got := status.Code(err); got != tc.want {
+				t.Fatalf("transfer ended with %v, want %v", err, tc.want)
+			}
+			if got := a.tr.Stats().SnapshotsRejected - before; tc.rejected != (got == 1) {
+				t.Errorf("SnapshotsRejected went up by %d (counted after the handshake: %v)", got, tc.rejected)
+			}
+		})
+	}
+	if n := len(a.rec.all()); n != 0 {
+		t.Fatalf("%d messages of refused transfers reached Handler", n)
+	}
+
+	ack, err := sendSnapshotChunks(t, a.addr, header(uint64(len(data)), sum), chunk(0, data[:4]), chunk(4, data[4:]))
+	if err != nil {
+		t.Fatalf("valid transfer: %v", err)
+	}
+	if h := ack.GetHello(); h.GetClusterId() != 1 || h.GetFrom() != 1 || h.GetTo() != 2 {
+		t.Fatalf("ack %v, want Hello{1, from 1, to 2}", h)
+	}
+	got := a.rec.all()
+	if len(got) != 1 || got[0].GetType() != raftpb.MsgSnap || string(got[0].GetSnapshot().GetData()) != string(data) {
+		t.Fatalf("delivered %v, want the MsgSnap with its data", got)
 	}
 }

@@ -96,9 +96,9 @@ func (r *reporter) run(ctx context.Context) {
 	}
 }
 
-// isSnapshot reports whether m carries a snapshot; such messages need a
-// SnapshotStatus report in addition to Unreachable. Chunked snapshot
-// streaming will branch here.
+// isSnapshot reports whether m carries a snapshot; such messages travel on
+// the Peer.Snapshot stream, and their outcome is reported through
+// SnapshotStatus.
 func isSnapshot(m *raftpb.Message) bool {
 	return m.GetType() == raftpb.MsgSnap
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,12 @@ func (s *peerService) Stream(stream lockpb.Peer_StreamServer) error {
 	return s.t.serve(stream)
 }
 
+// Snapshot serves one inbound snapshot transfer on the gRPC handler
+// goroutine.
+func (s *peerService) Snapshot(stream lockpb.Peer_SnapshotServer) error {
+	return s.t.serveSnapshot(stream)
+}
+
 // inbound is one accepted inbound stream of a peer.
 type inbound struct {
 	superseded chan struct{} // closed when a newer stream of the same peer is accepted
@@ -47,31 +54,10 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 	}
 	defer t.wg.Done()
 
-	frames := make(chan *lockpb.PeerFrame)
-	recvErr := make(chan error, 1)
 	stop := make(chan struct{})
 	defer close(stop)
-	t.wg.Add(1) // serve holds a count, so this cannot race with Close's Wait
-	go func() {
-		defer t.wg.Done()
-		for {
-			f, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case frames <- f:
-			case <-stop:
-				return
-			}
-		}
-	}()
-
-	log := t.log
-	if p, ok := grpcpeer.FromContext(stream.Context()); ok {
-		log = log.With(zap.Stringer("remote", p.Addr))
-	}
+	frames, recvErr := recvLoop(t, stream.Recv, stop)
+	log := t.remoteLogger(stream.Context())
 
 	timer := time.NewTimer(handshakeTimeout)
 	defer timer.Stop()
@@ -118,14 +104,9 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 				log.Warn("closing peer stream: hello after the handshake")
 				return status.Error(codes.InvalidArgument, "quorumlock: hello after the handshake")
 			}
-			for _, b := range f.GetMessages() {
-				m, err := decode(b, from, t.cfg.ID)
-				if err != nil {
-					log.Warn("closing peer stream: bad message", zap.Error(err))
-					return status.Error(codes.InvalidArgument, err.Error())
-				}
-				t.cfg.Handler(m)
-				t.stats.messagesReceived.Add(1)
+			if err := t.deliverFrame(from, f.GetMessages()); err != nil {
+				log.Warn("closing peer stream: bad message", zap.Error(err))
+				return status.Error(codes.InvalidArgument, err.Error())
 			}
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
@@ -139,6 +120,60 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 			return errClosed
 		}
 	}
+}
+
+// recvLoop calls recv on a new goroutine, counted in t.wg, and hands each
+// message it returns over on the first channel until recv fails (the error
+// goes to the second channel) or stop is closed. The caller must hold a
+// t.wg count, so that the Add cannot race with Close's Wait, and must return
+// from its gRPC handler after closing stop: gRPC then ends a blocked recv.
+func recvLoop[M any](t *Transport, recv func() (M, error), stop <-chan struct{}) (<-chan M, <-chan error) {
+	out := make(chan M)
+	errc := make(chan error, 1)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		for {
+			m, err := recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case out <- m:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out, errc
+}
+
+// remoteLogger returns t's logger annotated with the remote address of the
+// inbound stream of ctx.
+func (t *Transport) remoteLogger(ctx context.Context) *zap.Logger {
+	if p, ok := grpcpeer.FromContext(ctx); ok {
+		return t.log.With(zap.Stringer("remote", p.Addr))
+	}
+	return t.log
+}
+
+// deliverFrame decodes the messages of a frame of the stream from member
+// from and hands them to Handler in order. It stops at the first message
+// that does not decode and returns its error.
+func (t *Transport) deliverFrame(from uint64, msgs [][]byte) error {
+	p := t.peers[from]
+	p.deliver.Lock()
+	defer p.deliver.Unlock()
+	for _, b := range msgs {
+		m, err := decode(b, from, t.cfg.ID)
+		if err != nil {
+			return err
+		}
+		t.cfg.Handler(m)
+		t.stats.messagesReceived.Add(1)
+	}
+	return nil
 }
 
 // checkHello returns the status error that rejects h, or nil if h opens a

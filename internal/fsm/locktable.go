@@ -28,10 +28,17 @@ type lockShard struct {
 	frozen bool
 }
 
-func newLockTable() *lockTable {
+func newLockTable() *lockTable { return newLockTableSized(0) }
+
+// newLockTableSized returns a table with room for about n locks.
+func newLockTableSized(n int) *lockTable {
 	t := &lockTable{}
+	per := 0
+	if n > 0 {
+		per = n/lockShards + n/lockShards/8 + 1
+	}
 	for i := range t.shards {
-		t.shards[i] = &lockShard{m: make(map[string]lock)}
+		t.shards[i] = &lockShard{m: make(map[string]lock, per)}
 	}
 	return t
 }

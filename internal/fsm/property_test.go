@@ -287,14 +287,14 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 	}
 	if isRetry {
 		h.checkRetry(rt, cmd, prior, resA, stateBefore)
-	} else if cmd.Op >= OpAcquire && cmd.Op <= OpWithdraw &&
+	} else if (cmd.Op >= OpAcquire && cmd.Op <= OpWithdraw || cmd.Op == OpProclaim) &&
 		resA.Code != CodeLimit && resA.Code != CodeInvalid && resA.Code != CodeNoSession {
 		r := remembered{res: resA}
 		if resA.Code == CodeQueued {
 			r.name = cmd.Name
 		}
 		h.remembered[key] = r
-		if s := h.a.sessions[cmd.Session]; s != nil && !targetApplied && cmd.Target >= s.done {
+		if s := h.a.sessions[cmd.Session]; s != nil && cmd.Op == OpWithdraw && cmd.Target != 0 && !targetApplied && cmd.Target >= s.done {
 			// Pre-empted: the acquire with Seq Target must take no effect.
 			h.remembered[[2]uint64{cmd.Session, cmd.Target}] = remembered{res: Result{Code: CodeWithdrawn}}
 		}

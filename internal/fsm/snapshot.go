@@ -167,7 +167,9 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 	d := decoder{data: body, off: len(snapshotMagic)}
 	m.applied = d.uvarint("applied")
 
-	for range d.count("sessions", 4) {
+	nsessions := d.count("sessions", 4)
+	m.sessions = make(map[uint64]*session, nsessions)
+	for range nsessions {
 		id := d.uvarint("session id")
 		s := &session{ttl: d.varint("ttl"), done: d.uvarint("done")}
 		for range d.count("outcomes", 4) {
@@ -202,7 +204,9 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 			m.waitValues[waitKey{name, id}] = v
 		}
 	}
-	for range d.count("locks", 3) {
+	nlocks := d.count("locks", 3)
+	m.locks = newLockTableSized(nlocks)
+	for range nlocks {
 		name := d.name()
 		l := lock{holder: d.uvarint("holder"), token: d.uvarint("token")}
 		if d.err == nil {

@@ -274,6 +274,143 @@ func (x *PeerFrame) GetMessages() [][]byte {
 	return nil
 }
 
+// SnapshotChunk is one piece of a snapshot transfer. The first chunk holds
+// hello, message, total and crc32c and no data; the others hold only offset
+// and data, in order and without gaps, until total bytes have been sent.
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hello *Hello                 `protobuf:"bytes,1,opt,name=hello,proto3" json:"hello,omitempty"`
+	// The marshaled raftpb.Message (MsgSnap) with snapshot.data left empty.
+	Message []byte `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Length of snapshot.data in bytes.
+	Total uint64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	// Position of data within snapshot.data.
+	Offset uint64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data   []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// CRC-32C (Castagnoli) of the whole snapshot.data.
+	Crc32C        uint32 `protobuf:"varint,6,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_lock_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SnapshotChunk) GetHello() *Hello {
+	if x != nil {
+		return x.Hello
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+// SnapshotAck answers a complete, verified snapshot transfer with the
+// receiver's Hello, as on Stream.
+type SnapshotAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hello         *Hello                 `protobuf:"bytes,1,opt,name=hello,proto3" json:"hello,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotAck) Reset() {
+	*x = SnapshotAck{}
+	mi := &file_lock_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotAck) ProtoMessage() {}
+
+func (x *SnapshotAck) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotAck.ProtoReflect.Descriptor instead.
+func (*SnapshotAck) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SnapshotAck) GetHello() *Hello {
+	if x != nil {
+		return x.Hello
+	}
+	return nil
+}
+
 type Request struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Op      Op                     `protobuf:"varint,1,opt,name=op,proto3,enum=quorumlock.v1.Op" json:"op,omitempty"`
@@ -299,7 +436,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_lock_proto_msgTypes[2]
+	mi := &file_lock_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +448,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[2]
+	mi := &file_lock_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +461,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{2}
+	return file_lock_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Request) GetOp() Op {
@@ -421,7 +558,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_lock_proto_msgTypes[3]
+	mi := &file_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +570,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[3]
+	mi := &file_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +583,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{3}
+	return file_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Response) GetCode() Code {
@@ -507,7 +644,7 @@ type HolderRequest struct {
 
 func (x *HolderRequest) Reset() {
 	*x = HolderRequest{}
-	mi := &file_lock_proto_msgTypes[4]
+	mi := &file_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +656,7 @@ func (x *HolderRequest) String() string {
 func (*HolderRequest) ProtoMessage() {}
 
 func (x *HolderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[4]
+	mi := &file_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +669,7 @@ func (x *HolderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderRequest.ProtoReflect.Descriptor instead.
 func (*HolderRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{4}
+	return file_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HolderRequest) GetName() string {
@@ -558,7 +695,7 @@ type HolderResponse struct {
 
 func (x *HolderResponse) Reset() {
 	*x = HolderResponse{}
-	mi := &file_lock_proto_msgTypes[5]
+	mi := &file_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +707,7 @@ func (x *HolderResponse) String() string {
 func (*HolderResponse) ProtoMessage() {}
 
 func (x *HolderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[5]
+	mi := &file_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +720,7 @@ func (x *HolderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderResponse.ProtoReflect.Descriptor instead.
 func (*HolderResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{5}
+	return file_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HolderResponse) GetCode() Code {
@@ -652,7 +789,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_lock_proto_msgTypes[6]
+	mi := &file_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +801,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[6]
+	mi := &file_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +814,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{6}
+	return file_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeepAliveRequest) GetBatch() uint64 {
@@ -710,7 +847,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lock_proto_msgTypes[7]
+	mi := &file_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +859,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[7]
+	mi := &file_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +872,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{7}
+	return file_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KeepAliveResponse) GetBatch() uint64 {
@@ -793,7 +930,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lock_proto_msgTypes[8]
+	mi := &file_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +942,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[8]
+	mi := &file_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +955,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{8}
+	return file_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListRequest) GetAfterName() string {
@@ -856,7 +993,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_lock_proto_msgTypes[9]
+	mi := &file_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1005,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[9]
+	mi := &file_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1018,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{9}
+	return file_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LockState) GetName() string {
@@ -937,7 +1074,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_lock_proto_msgTypes[10]
+	mi := &file_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1086,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[10]
+	mi := &file_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1099,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{10}
+	return file_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockState {
@@ -991,7 +1128,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_lock_proto_msgTypes[11]
+	mi := &file_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1140,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[11]
+	mi := &file_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1153,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{11}
+	return file_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -1050,7 +1187,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_proto_msgTypes[12]
+	mi := &file_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1199,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[12]
+	mi := &file_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1212,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{12}
+	return file_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionState {
@@ -1100,7 +1237,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lock_proto_msgTypes[13]
+	mi := &file_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1249,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[13]
+	mi := &file_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1262,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{13}
+	return file_lock_proto_rawDescGZIP(), []int{15}
 }
 
 type StatusResponse struct {
@@ -1141,7 +1278,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lock_proto_msgTypes[14]
+	mi := &file_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1290,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[14]
+	mi := &file_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1303,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{14}
+	return file_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusResponse) GetId() uint64 {
@@ -1217,7 +1354,16 @@ const file_lock_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\x04R\x02to\"S\n" +
 	"\tPeerFrame\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\x12\x1a\n" +
-	"\bmessages\x18\x02 \x03(\fR\bmessages\"\x86\x02\n" +
+	"\bmessages\x18\x02 \x03(\fR\bmessages\"\xaf\x01\n" +
+	"\rSnapshotChunk\x12*\n" +
+	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x04R\x05total\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
+	"\x06crc32c\x18\x06 \x01(\rR\x06crc32c\"9\n" +
+	"\vSnapshotAck\x12*\n" +
+	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\"\x86\x02\n" +
 	"\aRequest\x12!\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x11.quorumlock.v1.OpR\x02op\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x10\n" +
@@ -1316,9 +1462,10 @@ const file_lock_proto_rawDesc = "" +
 	"CODE_LIMIT\x10\x05\x12\x10\n" +
 	"\fCODE_INVALID\x10\x06\x12\x12\n" +
 	"\x0eCODE_WITHDRAWN\x10\a\x12\x14\n" +
-	"\x10CODE_UNAVAILABLE\x10\b2H\n" +
+	"\x10CODE_UNAVAILABLE\x10\b2\x90\x01\n" +
 	"\x04Peer\x12@\n" +
-	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x012\x8a\x04\n" +
+	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x01\x12F\n" +
+	"\bSnapshot\x12\x1c.quorumlock.v1.SnapshotChunk\x1a\x1a.quorumlock.v1.SnapshotAck(\x012\x8a\x04\n" +
 	"\x04Lock\x12:\n" +
 	"\aPropose\x12\x16.quorumlock.v1.Request\x1a\x17.quorumlock.v1.Response\x12E\n" +
 	"\x06Holder\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse\x12R\n" +
@@ -1341,55 +1488,61 @@ func file_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lock_proto_goTypes = []any{
 	(Op)(0),                      // 0: quorumlock.v1.Op
 	(Code)(0),                    // 1: quorumlock.v1.Code
 	(*Hello)(nil),                // 2: quorumlock.v1.Hello
 	(*PeerFrame)(nil),            // 3: quorumlock.v1.PeerFrame
-	(*Request)(nil),              // 4: quorumlock.v1.Request
-	(*Response)(nil),             // 5: quorumlock.v1.Response
-	(*HolderRequest)(nil),        // 6: quorumlock.v1.HolderRequest
-	(*HolderResponse)(nil),       // 7: quorumlock.v1.HolderResponse
-	(*KeepAliveRequest)(nil),     // 8: quorumlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),    // 9: quorumlock.v1.KeepAliveResponse
-	(*ListRequest)(nil),          // 10: quorumlock.v1.ListRequest
-	(*LockState)(nil),            // 11: quorumlock.v1.LockState
-	(*ListLocksResponse)(nil),    // 12: quorumlock.v1.ListLocksResponse
-	(*SessionState)(nil),         // 13: quorumlock.v1.SessionState
-	(*ListSessionsResponse)(nil), // 14: quorumlock.v1.ListSessionsResponse
-	(*StatusRequest)(nil),        // 15: quorumlock.v1.StatusRequest
-	(*StatusResponse)(nil),       // 16: quorumlock.v1.StatusResponse
+	(*SnapshotChunk)(nil),        // 4: quorumlock.v1.SnapshotChunk
+	(*SnapshotAck)(nil),          // 5: quorumlock.v1.SnapshotAck
+	(*Request)(nil),              // 6: quorumlock.v1.Request
+	(*Response)(nil),             // 7: quorumlock.v1.Response
+	(*HolderRequest)(nil),        // 8: quorumlock.v1.HolderRequest
+	(*HolderResponse)(nil),       // 9: quorumlock.v1.HolderResponse
+	(*KeepAliveRequest)(nil),     // 10: quorumlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 11: quorumlock.v1.KeepAliveResponse
+	(*ListRequest)(nil),          // 12: quorumlock.v1.ListRequest
+	(*LockState)(nil),            // 13: quorumlock.v1.LockState
+	(*ListLocksResponse)(nil),    // 14: quorumlock.v1.ListLocksResponse
+	(*SessionState)(nil),         // 15: quorumlock.v1.SessionState
+	(*ListSessionsResponse)(nil), // 16: quorumlock.v1.ListSessionsResponse
+	(*StatusRequest)(nil),        // 17: quorumlock.v1.StatusRequest
+	(*StatusResponse)(nil),       // 18: quorumlock.v1.StatusResponse
 }
 var file_lock_proto_depIdxs = []int32{
 	2,  // 0: quorumlock.v1.PeerFrame.hello:type_name -> quorumlock.v1.Hello
-	0,  // 1: quorumlock.v1.Request.op:type_name -> quorumlock.v1.Op
-	1,  // 2: quorumlock.v1.Response.code:type_name -> quorumlock.v1.Code
-	1,  // 3: quorumlock.v1.HolderResponse.code:type_name -> quorumlock.v1.Code
-	1,  // 4: quorumlock.v1.KeepAliveResponse.code:type_name -> quorumlock.v1.Code
-	11, // 5: quorumlock.v1.ListLocksResponse.locks:type_name -> quorumlock.v1.LockState
-	13, // 6: quorumlock.v1.ListSessionsResponse.sessions:type_name -> quorumlock.v1.SessionState
-	3,  // 7: quorumlock.v1.Peer.Stream:input_type -> quorumlock.v1.PeerFrame
-	4,  // 8: quorumlock.v1.Lock.Propose:input_type -> quorumlock.v1.Request
-	6,  // 9: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
-	8,  // 10: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
-	15, // 11: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
-	6,  // 12: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
-	10, // 13: quorumlock.v1.Lock.ListLocks:input_type -> quorumlock.v1.ListRequest
-	10, // 14: quorumlock.v1.Lock.ListSessions:input_type -> quorumlock.v1.ListRequest
-	3,  // 15: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
-	5,  // 16: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
-	7,  // 17: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
-	9,  // 18: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
-	16, // 19: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
-	7,  // 20: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
-	12, // 21: quorumlock.v1.Lock.ListLocks:output_type -> quorumlock.v1.ListLocksResponse
-	14, // 22: quorumlock.v1.Lock.ListSessions:output_type -> quorumlock.v1.ListSessionsResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	2,  // 1: quorumlock.v1.SnapshotChunk.hello:type_name -> quorumlock.v1.Hello
+	2,  // 2: quorumlock.v1.SnapshotAck.hello:type_name -> quorumlock.v1.Hello
+	0,  // 3: quorumlock.v1.Request.op:type_name -> quorumlock.v1.Op
+	1,  // 4: quorumlock.v1.Response.code:type_name -> quorumlock.v1.Code
+	1,  // 5: quorumlock.v1.HolderResponse.code:type_name -> quorumlock.v1.Code
+	1,  // 6: quorumlock.v1.KeepAliveResponse.code:type_name -> quorumlock.v1.Code
+	13, // 7: quorumlock.v1.ListLocksResponse.locks:type_name -> quorumlock.v1.LockState
+	15, // 8: quorumlock.v1.ListSessionsResponse.sessions:type_name -> quorumlock.v1.SessionState
+	3,  // 9: quorumlock.v1.Peer.Stream:input_type -> quorumlock.v1.PeerFrame
+	4,  // 10: quorumlock.v1.Peer.Snapshot:input_type -> quorumlock.v1.SnapshotChunk
+	6,  // 11: quorumlock.v1.Lock.Propose:input_type -> quorumlock.v1.Request
+	8,  // 12: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
+	10, // 13: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
+	17, // 14: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
+	8,  // 15: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
+	12, // 16: quorumlock.v1.Lock.ListLocks:input_type -> quorumlock.v1.ListRequest
+	12, // 17: quorumlock.v1.Lock.ListSessions:input_type -> quorumlock.v1.ListRequest
+	3,  // 18: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
+	5,  // 19: quorumlock.v1.Peer.Snapshot:output_type -> quorumlock.v1.SnapshotAck
+	7,  // 20: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
+	9,  // 21: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
+	11, // 22: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
+	18, // 23: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
+	9,  // 24: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
+	14, // 25: quorumlock.v1.Lock.ListLocks:output_type -> quorumlock.v1.ListLocksResponse
+	16, // 26: quorumlock.v1.Lock.ListSessions:output_type -> quorumlock.v1.ListSessionsResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lock_proto_init() }
@@ -1403,7 +1556,7 @@ func file_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_proto_rawDesc), len(file_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,7 +24,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Stream_FullMethodName = "/quorumlock.v1.Peer/Stream"
+	Peer_Stream_FullMethodName   = "/quorumlock.v1.Peer/Stream"
+	Peer_Snapshot_FullMethodName = "/quorumlock.v1.Peer/Snapshot"
 )
 
 // PeerClient is the client API for Peer service.
@@ -36,6 +37,11 @@ const (
 // peer on it; the reply direction carries only the handshake answer.
 type PeerClient interface {
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PeerFrame, PeerFrame], error)
+	// Snapshot carries one raft MsgSnap in chunks, outside Stream, so that a
+	// snapshot of any size stays under the maximum message size and gRPC's
+	// flow control paces it. The receiver acknowledges once the snapshot was
+	// handed to raft.
+	Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error)
 }
 
 type peerClient struct {
@@ -59,6 +65,19 @@ func (c *peerClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_StreamClient = grpc.BidiStreamingClient[PeerFrame, PeerFrame]
 
+func (c *peerClient) Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[1], Peer_Snapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, SnapshotAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_SnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SnapshotAck]
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -68,6 +87,11 @@ type Peer_StreamClient = grpc.BidiStreamingClient[PeerFrame, PeerFrame]
 // peer on it; the reply direction carries only the handshake answer.
 type PeerServer interface {
 	Stream(grpc.BidiStreamingServer[PeerFrame, PeerFrame]) error
+	// Snapshot carries one raft MsgSnap in chunks, outside Stream, so that a
+	// snapshot of any size stays under the maximum message size and gRPC's
+	// flow control paces it. The receiver acknowledges once the snapshot was
+	// handed to raft.
+	Snapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -80,6 +104,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Stream(grpc.BidiStreamingServer[PeerFrame, PeerFrame]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedPeerServer) Snapshot(grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]) error {
+	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -109,6 +136,13 @@ func _Peer_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_StreamServer = grpc.BidiStreamingServer[PeerFrame, PeerFrame]
 
+func _Peer_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).Snapshot(&grpc.GenericServerStream[SnapshotChunk, SnapshotAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_SnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SnapshotAck]
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -121,6 +155,11 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Stream",
 			Handler:       _Peer_Stream_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Snapshot",
+			Handler:       _Peer_Snapshot_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -229,11 +229,12 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 	term := s.term
 	candidates := make([]uint64, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := s.m.Session(id); !ok || s.expiring[id] {
+		si, ok := s.m.Session(id)
+		if !ok || s.expiring[id] {
 			gone = append(gone, id)
 			continue
 		}
-		s.last[id] = now
+		s.touch(id, time.Duration(si.TTL), now)
 		candidates = append(candidates, id)
 	}
 	s.mu.Unlock()

@@ -69,6 +69,7 @@ type Service struct {
 	term     uint64 // term of the current leadership when ready
 	last     map[uint64]time.Time
 	expiring map[uint64]bool
+	timers   *timerQueue
 	requests map[reqKey][]chan outcome
 	grants   map[uint64]map[string][]chan outcome
 	watchers map[string][]*watcher
@@ -111,6 +112,7 @@ func New(cfg Config) *Service {
 		m:        m,
 		last:     make(map[uint64]time.Time),
 		expiring: make(map[uint64]bool),
+		timers:   newTimerQueue(),
 		requests: make(map[reqKey][]chan outcome),
 		grants:   make(map[uint64]map[string][]chan outcome),
 		watchers: make(map[string][]*watcher),
@@ -162,7 +164,7 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpOpenSession:
 			if res.Code == fsm.CodeOK && s.ready {
-				s.last[res.Session] = s.clk.Now()
+				s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
 			}
 			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpExpire:
@@ -218,8 +220,9 @@ func (s *Service) LeaderReady(term uint64) {
 	s.ready, s.term = true, term
 	clear(s.last)
 	clear(s.expiring)
+	s.timers.clear()
 	for _, si := range s.m.Sessions() {
-		s.last[si.ID] = now
+		s.touch(si.ID, time.Duration(si.TTL), now)
 	}
 	s.log.Info("leader ready", zap.Uint64("term", term), zap.Int("sessions", len(s.last)))
 }
@@ -232,6 +235,7 @@ func (s *Service) LeaderLost() {
 	s.ready = false
 	clear(s.last)
 	clear(s.expiring)
+	s.timers.clear()
 	for k, cs := range s.requests {
 		for _, c := range cs {
 			c <- outcome{notLeader: true}
@@ -248,6 +252,12 @@ func (s *Service) LeaderLost() {
 	}
 }
 
+// touch records a heartbeat of session id received at now.
+func (s *Service) touch(id uint64, ttl time.Duration, now time.Time) {
+	s.last[id] = now
+	s.timers.push(id, ttl, now)
+}
+
 // expireDue proposes one Expire entry for every session whose TTL has passed
 // since the last heartbeat this leader received (DESIGN.md invariant 3).
 func (s *Service) expireDue() {
@@ -258,19 +268,17 @@ func (s *Service) expireDue() {
 	}
 	now := s.clk.Now()
 	var ids []uint64
-	for id, last := range s.last {
-		if s.expiring[id] {
-			continue
+	s.timers.due(now, func(id uint64, at time.Time) {
+		// Only the session's latest heartbeat counts.
+		if last, ok := s.last[id]; !ok || !last.Equal(at) || s.expiring[id] {
+			return
 		}
-		si, ok := s.m.Session(id)
-		if !ok {
-			continue
+		if _, ok := s.m.Session(id); !ok {
+			return
 		}
-		if now.Sub(last) > time.Duration(si.TTL) {
-			ids = append(ids, id)
-			s.expiring[id] = true
-		}
-	}
+		ids = append(ids, id)
+		s.expiring[id] = true
+	})
 	term := s.term
 	s.mu.Unlock()
 	if len(ids) == 0 {
@@ -287,6 +295,9 @@ func (s *Service) expireDue() {
 		if s.ready && s.term == term {
 			for _, id := range ids {
 				delete(s.expiring, id)
+				if si, ok := s.m.Session(id); ok {
+					s.timers.push(id, time.Duration(si.TTL), s.last[id])
+				}
 			}
 		}
 		s.mu.Unlock()

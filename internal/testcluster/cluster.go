@@ -30,7 +30,8 @@ type Options struct {
 	TickInterval time.Duration
 	// ElectionTicks defaults to 10.
 	ElectionTicks int
-	// SessionTTL defaults to 2 s.
+	// SessionTTL defaults to 4 s: long enough that sessions ride out
+	// elections on a loaded machine under the race detector.
 	SessionTTL time.Duration
 	// Verbose logs the replicas through the test's log.
 	Verbose bool
@@ -66,7 +67,7 @@ func New(t testing.TB, opts Options) *Cluster {
 		opts.ElectionTicks = 10
 	}
 	if opts.SessionTTL == 0 {
-		opts.SessionTTL = 2 * time.Second
+		opts.SessionTTL = 4 * time.Second
 	}
 	if opts.Seed == 0 {
 		opts.Seed = 1
