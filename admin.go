@@ -54,12 +54,16 @@ type LockEntry struct {
 	LockInfo
 	Role  bool   // Name is a leader-election role
 	Value []byte // a role's value
+	// Cursor is the entry's position in the listing: pass the last
+	// entry's Cursor to Locks to continue after it. (Roles and locks share
+	// one ordering, roles first, so a bare name is not enough.)
+	Cursor string
 }
 
-// Locks lists held locks and roles whose names sort after after (roles
-// sort first), at most limit (0: 100, at most 10,000), as of a linearizable
-// read, and reports whether more follow: pass the last name as after to
-// continue.
+// Locks lists held locks and roles after the cursor after ("" for the
+// start; roles sort first), at most limit (0: 100, at most 10,000), as of a
+// linearizable read, and reports whether more follow: pass the last
+// entry's Cursor as after to continue.
 func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntry, bool, error) {
 	var out []LockEntry
 	var more bool
@@ -74,7 +78,11 @@ func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntr
 				LockInfo: LockInfo{Name: l.GetName(), Holder: l.GetSession(), Token: Token(l.GetToken()), Waiters: l.GetWaiters()},
 				Role:     l.GetRole(),
 				Value:    l.GetValue(),
+				Cursor:   l.GetName(),
 			})
+			if l.GetRole() {
+				out[len(out)-1].Cursor = roleKey(l.GetName())
+			}
 		}
 		return nil
 	})

@@ -35,6 +35,10 @@ type Client struct {
 	ka      map[string]*kaStream
 	current int    // index in addrs of the replica tried first
 	leader  string // last known leader address; "" if unknown
+	// leaderMoved is closed (and replaced) when the known leader changes to
+	// another address: a request stuck at the old one moves on. gRPC's
+	// keepalive cannot notice a paused replica sooner than in 10-20 s.
+	leaderMoved chan struct{}
 
 	hb        *heartbeater
 	closed    chan struct{}
@@ -97,11 +101,12 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	}
 	o.attemptLimit = 2 * o.settle
 	c := &Client{
-		opts:   o,
-		addrs:  append([]string(nil), addrs...),
-		conns:  make(map[string]*grpc.ClientConn),
-		ka:     make(map[string]*kaStream),
-		closed: make(chan struct{}),
+		opts:        o,
+		addrs:       append([]string(nil), addrs...),
+		conns:       make(map[string]*grpc.ClientConn),
+		ka:          make(map[string]*kaStream),
+		closed:      make(chan struct{}),
+		leaderMoved: make(chan struct{}),
 	}
 	c.baseCtx, c.cancel = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeater(c, o.clk, c.closed)
@@ -291,7 +296,13 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 		for ctx.Err() == nil {
 			addr := c.pick()
 			if cc, err := c.conn(addr); err == nil {
-				c.observeOnce(ctx, cc, roleKey(role), src)
+				// Follow the leader: a stream from a replica that went
+				// silent would otherwise hang until keepalive notices.
+				octx, cancel := context.WithCancel(ctx)
+				stop := context.AfterFunc(chanCtx(c.moved()), cancel)
+				c.observeOnce(octx, cc, roleKey(role), src)
+				stop()
+				cancel()
 			}
 			if ctx.Err() != nil {
 				return
@@ -359,7 +370,18 @@ func (c *Client) rotate(addr string) {
 func (c *Client) setLeader(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if addr != c.leader && addr != "" {
+		close(c.leaderMoved)
+		c.leaderMoved = make(chan struct{})
+	}
 	c.leader = addr
+}
+
+// moved returns a channel closed when the known leader next changes.
+func (c *Client) moved() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaderMoved
 }
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
@@ -391,8 +413,10 @@ func (c *Client) closeConns() {
 
 // dialOptions are the options of every connection quorumlock opens to a
 // replica: TLS or plaintext, the dialer, and keepalive pings that detect a
-// replica that went silent (paused, or cut off without a reset) in about
-// two seconds.
+// replica that went silent (paused, or cut off without a reset). gRPC
+// raises the ping interval to at least 10 s, so detection takes 10-20 s;
+// requests that wait at a leader also move on as soon as the client learns
+// of a new leader (Client.leaderMoved).
 func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.Conn, error)) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
@@ -400,7 +424,7 @@ func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.C
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: time.Second, Timeout: time.Second, PermitWithoutStream: true}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	if dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(dialer))
@@ -442,14 +466,21 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(c
 	backoff := minBackoff
 	for {
 		addr := c.pick()
+		moved := c.moved()
 		cc, err := c.conn(addr)
 		if err == nil {
-			actx, cancel := ctx, context.CancelFunc(func() {})
+			actx, cancel := context.WithCancel(ctx)
 			if !blocking {
 				actx, cancel = context.WithTimeout(ctx, c.opts.attemptLimit)
 			}
+			// A blocking acquire waits at the leader for as long as it
+			// takes; if the heartbeats find another leader meanwhile, it is
+			// re-sent there (same session and seq: the new leader's table
+			// answers with its current outcome).
+			stop := context.AfterFunc(chanCtx(moved), cancel)
 			var final bool
 			final, err = attempt(actx, cc, addr)
+			stop()
 			cancel()
 			if final {
 				return err

@@ -265,6 +265,12 @@ func observe(ctx context.Context, role string, src <-chan fsm.LockInfo, out chan
 	}
 	for li := range src {
 		ev := LeaderInfo{Role: role, Session: li.Holder, Epoch: Token(li.Token), Value: li.Value}
+		if !first && ev.Session == last.Session && (ev.Session == 0 || ev.Epoch == last.Epoch) && string(ev.Value) == string(last.Value) {
+			continue // a repeat (a resumed stream starts with the current state)
+		}
+		if ev.HasLeader() && ev.Epoch < last.Epoch {
+			continue // older than what was reported: never go back
+		}
 		if ev.Session == 0 {
 			ev.Epoch = last.Epoch
 			if !first && !last.HasLeader() {

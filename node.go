@@ -213,10 +213,10 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 }
 
 // serverOptions: TLS if configured, and a keepalive policy that admits the
-// clients' one-second pings (dialOptions).
+// clients' pings (dialOptions).
 func serverOptions(tlsCfg *tls.Config) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 500 * time.Millisecond, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
@@ -295,6 +295,14 @@ func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
 	}
 	return LockInfo{Name: name, Holder: resp.GetSession(), Token: Token(resp.GetToken()), Waiters: resp.GetWaiters()}, nil
 }
+
+// Done is closed when the replica has stopped: Close was called, or a
+// storage failure stopped it (then Err says why). A process that embeds a
+// replica should exit or restart it when Done closes.
+func (n *Node) Done() <-chan struct{} { return n.closed }
+
+// Err returns the storage error that stopped the replica, or nil.
+func (n *Node) Err() error { return n.raft.Err() }
 
 // Close stops the replica: it stops serving, stops raft and closes the log.
 // Sessions opened through this Node are reported lost at once (their Done

@@ -1,0 +1,184 @@
+// Command lockd runs one quorumlock replica as a standalone process: a
+// sidecar for teams that do not link the library into their own replicas,
+// and the process that multi-process tests start, kill and pause. Clients
+// reach it with quorumlock.Dial; operators with lockctl.
+//
+//	lockd -id 1 -peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 -data /var/lib/lockd/1
+//
+// Settings come from flags, from a JSON file given with -config, or both:
+// a flag set on the command line overrides the file. The file uses the
+// flag names with dashes turned into underscores; durations are strings,
+// peers an object or a flag-style string:
+//
+//	{"id": 1, "peers": {"1": "10.0.0.1:7000", "2": "10.0.0.2:7000", "3": "10.0.0.3:7000"},
+//	 "data": "/var/lib/lockd", "ttl": "10s", "tick": "100ms", "election_ticks": 10,
+//	 "tls_cert": "node.pem", "tls_key": "node-key.pem", "tls_ca": "ca.pem"}
+//
+// With -tls-cert, -tls-key and -tls-ca, the replica serves peers and clients
+// over mutual TLS: they must present a certificate signed by the CA, and the
+// replica presents its certificate both as a server and, to its peers, as a
+// client (so it needs the serverAuth and clientAuth extended key usages and
+// the peer address as a SAN).
+//
+// lockd logs to stderr. Once it serves, it prints one line to stdout,
+// "lockd ready id=N addr=ADDR". SIGTERM or SIGINT stops it cleanly (the log
+// is closed; clients move on to the other replicas) with exit status 0; a
+// second signal kills it at once. Exit status 2 is a usage or
+// configuration error, 1 a failure to start.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/quorumlock/quorumlock"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	s, err := parseSettings(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "lockd:", err)
+		return 2
+	}
+	cfg, log, err := s.config()
+	if err != nil {
+		fmt.Fprintln(stderr, "lockd:", err)
+		return 2
+	}
+	defer log.Sync()
+
+	// Signals are caught before Start so that a SIGTERM during start-up
+	// still ends with status 0.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	node, err := quorumlock.Start(ctx, cfg)
+	if err != nil && ctx.Err() != nil {
+		log.Info("signal received during start-up", zap.Error(err))
+		return 0
+	}
+	if err != nil {
+		log.Error("start failed", zap.Error(err))
+		fmt.Fprintln(stderr, "lockd:", err)
+		if errors.Is(err, quorumlock.ErrInvalidConfig) {
+			return 2
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "lockd ready id=%d addr=%s\n", node.ID(), node.Addr())
+
+	<-ctx.Done()
+	// Restore the default action: a second signal kills the process.
+	stop()
+	log.Info("signal received, shutting down")
+	if err := node.Close(); err != nil {
+		log.Error("close", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// config turns the settings into a replica Config and its logger.
+func (s *settings) config() (quorumlock.Config, *zap.Logger, error) {
+	if s.ID == 0 {
+		return quorumlock.Config{}, nil, errors.New("-id is required")
+	}
+	if len(s.Peers) == 0 {
+		return quorumlock.Config{}, nil, errors.New("-peers is required")
+	}
+	if s.Data == "" {
+		return quorumlock.Config{}, nil, errors.New("-data is required")
+	}
+	log, err := newLogger(s.LogLevel)
+	if err != nil {
+		return quorumlock.Config{}, nil, err
+	}
+	cfg := quorumlock.Config{
+		ID:            s.ID,
+		Peers:         s.Peers,
+		DataDir:       s.Data,
+		ClusterName:   s.ClusterName,
+		SessionTTL:    s.TTL.d(),
+		TickInterval:  s.Tick.d(),
+		ElectionTicks: s.ElectionTicks,
+		Logger:        log,
+	}
+	if s.TLSCert != "" || s.TLSKey != "" || s.TLSCA != "" {
+		if cfg.TLS, cfg.PeerTLS, err = loadTLS(s.TLSCert, s.TLSKey, s.TLSCA); err != nil {
+			return quorumlock.Config{}, nil, err
+		}
+	}
+	// A separate listen address (say 0.0.0.0:7001) is bound here; peers and
+	// clients are still told Peers[ID], which must reach it.
+	if s.Listen != "" && s.Listen != s.Peers[s.ID] {
+		lis, err := net.Listen("tcp", s.Listen)
+		if err != nil {
+			return quorumlock.Config{}, nil, fmt.Errorf("-listen: %w", err)
+		}
+		cfg.Listener = lis
+	}
+	return cfg, log, nil
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), lvl)
+	return zap.New(core), nil
+}
+
+// loadTLS builds the server side (certificate, client certificates required
+// and verified against the CA) and the peer side (the same certificate as a
+// client, servers verified against the CA) of mutual TLS.
+func loadTLS(certFile, keyFile, caFile string) (server, peer *tls.Config, err error) {
+	if certFile == "" || keyFile == "" || caFile == "" {
+		return nil, nil, errors.New("-tls-cert, -tls-key and -tls-ca must be given together")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TLS key pair: %w", err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("-tls-ca: no PEM certificate in %s", caFile)
+	}
+	server = &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		MinVersion:   tls.VersionTLS13,
+	}
+	peer = &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		MinVersion:   tls.VersionTLS13,
+	}
+	return server, peer, nil
+}
