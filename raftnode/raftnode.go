@@ -115,7 +115,39 @@ type Config struct {
 	// instead of a snapshot (etcd keeps 5,000). The default is half of
 	// SnapshotEntries, at most 5,000.
 	CatchUpEntries uint64
+	// Failpoint, when set, is called on the node's goroutine with the name
+	// of each Failpoint* point the Ready loop and a snapshot save pass. It
+	// exists for crash tests, like etcd's gofail points: the test copies
+	// what the replica has synced at that instant and stops it there. It
+	// must not call into the node. The default (nil) calls nothing;
+	// production code leaves it nil.
+	Failpoint func(point string)
 }
+
+// The points at which Config.Failpoint is called, in the order a Ready
+// passes them.
+const (
+	// FailpointBeforeSave: a Ready was taken; nothing of it is saved.
+	FailpointBeforeSave = "before-save"
+	// FailpointAfterSave: the Ready's snapshot, hard state and entries are
+	// durable; none of its messages is sent.
+	FailpointAfterSave = "after-save"
+	// FailpointAfterSend: the Ready's messages are handed to the transport;
+	// its committed entries are not applied.
+	FailpointAfterSend = "after-send"
+	// FailpointAfterApply: the committed entries are applied (the state
+	// machine has answered its waiters); read states are not resolved and
+	// raft is not advanced.
+	FailpointAfterApply = "after-apply"
+	// FailpointBeforeSnapshotSave: a snapshot, taken by this node or
+	// received from the leader, is about to be saved.
+	FailpointBeforeSnapshotSave = "before-snapshot-save"
+	// FailpointAfterSnapshotSave: that snapshot is durable; the log behind
+	// a snapshot this node took is not compacted yet, and one received is
+	// neither restored into the state machine nor followed by the Ready's
+	// hard state and entries yet.
+	FailpointAfterSnapshotSave = "after-snapshot-save"
+)
 
 // Errors returned by Node methods.
 var (
@@ -123,10 +155,9 @@ var (
 	ErrStopped = errors.New("raftnode: stopped")
 	// ErrNotLeader: Propose was called on a node that is not the leader.
 	ErrNotLeader = errors.New("raftnode: not the leader")
-	// ErrReadTimeout: a ReadIndex round got no answer within an election
-	// timeout (no leader, or the leader lost its quorum); it is retried
-	// internally until the caller's context ends.
-	ErrReadTimeout = errors.New("raftnode: read index timed out")
+	// ErrCorruptState: New found a log and hard state that raft cannot
+	// start from (for example a commit index past the last entry).
+	ErrCorruptState = errors.New("raftnode: corrupt state")
 )
 
 // Status is a snapshot of the node's raft state.
@@ -283,7 +314,7 @@ func New(cfg Config) (*Node, error) {
 		DisableProposalForwarding: true,
 		Logger:                    &zapRaftLogger{cfg.Logger.Sugar()},
 	}
-	rn, err := raft.NewRawNode(rc)
+	rn, err := newRawNode(rc)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
@@ -369,6 +400,19 @@ func (n *Node) ReportUnreachable(id uint64) {
 	case n.reportc <- report{unreachable: id}:
 	default:
 	}
+}
+
+// newRawNode creates the raw node, turning raft's panics on an inconsistent
+// log (a commit index outside the log, say) into an error: a replica whose
+// storage is damaged refuses to start rather than crash (DESIGN.md, bad
+// input).
+func newRawNode(rc *raft.Config) (rn *raft.RawNode, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: inconsistent raft state in the log: %v", ErrCorruptState, r)
+		}
+	}()
+	return raft.NewRawNode(rc)
 }
 
 // ReportSnapshot tells raft whether a snapshot sent to id arrived. It never
@@ -593,9 +637,11 @@ func (n *Node) saveSnapshot(r snapResult) error {
 		Data:     r.data,
 		Metadata: &raftpb.SnapshotMetadata{Index: new(r.index), Term: new(r.term), ConfState: r.conf},
 	}
+	n.failpoint(FailpointBeforeSnapshotSave)
 	if err := n.cfg.Storage.SaveSnapshot(snap); err != nil {
 		return fmt.Errorf("raftnode: saving snapshot at %d: %w", r.index, err)
 	}
+	n.failpoint(FailpointAfterSnapshotSave)
 	n.snapIndex = r.index
 	if r.index > n.cfg.CatchUpEntries {
 		if err := n.cfg.Storage.Compact(r.index - n.cfg.CatchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
@@ -668,15 +714,25 @@ func (n *Node) failReads(err error) {
 	n.pending = nil
 }
 
+// failpoint calls Config.Failpoint, if set.
+func (n *Node) failpoint(point string) {
+	if n.cfg.Failpoint != nil {
+		n.cfg.Failpoint(point)
+	}
+}
+
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
+	n.failpoint(FailpointBeforeSave)
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		// A snapshot from the leader: durable first, then the state
 		// machine jumps to it.
 		md := rd.Snapshot.GetMetadata()
+		n.failpoint(FailpointBeforeSnapshotSave)
 		if err := n.cfg.Storage.SaveSnapshot(rd.Snapshot); err != nil {
 			return fmt.Errorf("raftnode: saving snapshot at %d: %w", md.GetIndex(), err)
 		}
+		n.failpoint(FailpointAfterSnapshotSave)
 		if err := n.cfg.StateMachine.Restore(md.GetIndex(), rd.Snapshot.GetData()); err != nil {
 			return fmt.Errorf("raftnode: restoring snapshot at %d: %w", md.GetIndex(), err)
 		}
@@ -687,15 +743,18 @@ func (n *Node) handleReady() error {
 	if err := n.cfg.Storage.Save(rd.HardState, rd.Entries); err != nil {
 		return fmt.Errorf("raftnode: saving %d entries: %w", len(rd.Entries), err)
 	}
+	n.failpoint(FailpointAfterSave)
 	if len(rd.Messages) > 0 {
 		n.cfg.Transport.Send(rd.Messages)
 	}
+	n.failpoint(FailpointAfterSend)
 	if rd.SoftState != nil || rd.HardState != nil {
 		n.leadershipChanged()
 	}
 	if len(rd.CommittedEntries) > 0 {
 		n.apply(rd.CommittedEntries)
 	}
+	n.failpoint(FailpointAfterApply)
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {
 			continue

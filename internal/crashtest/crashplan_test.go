@@ -1,0 +1,240 @@
+package crashtest
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
+
+	"github.com/quorumlock/quorumlock/raftnode"
+)
+
+// victim says which replicas a crash takes down.
+type victim int
+
+const (
+	theLeader     victim = iota // the leader alone
+	aFollower                   // one follower alone
+	allAtLeader                 // every replica, at the leader's failpoint
+	allAtFollower               // every replica, at a follower's failpoint
+)
+
+var victims = []victim{theLeader, aFollower, allAtLeader, allAtFollower}
+
+func (v victim) String() string {
+	return [...]string{"leader", "follower", "all-at-leader", "all-at-follower"}[v]
+}
+
+// all reports whether every replica crashes.
+func (v victim) all() bool { return v == allAtLeader || v == allAtFollower }
+
+// crashPlan is an armed crash: the first time target passes point in the
+// role the plan asks for (and in a Ready where the point matters), the
+// victims' links are cut, their file systems are crash-cloned, and the
+// target's node goroutine waits at the point until the test has stopped the
+// victims' services. The clones are what the victims restart from.
+type crashPlan struct {
+	c        *cluster
+	point    string
+	target   uint64
+	role     raft.StateType // ignored when anyRole
+	anyRole  bool
+	victims  []uint64
+	received *bool // snapshot points: only a snapshot received (true) or taken (false); nil: either
+
+	// Owned by the target's node goroutine.
+	tentative  map[uint64]*vfs.MemFS // clones taken at before-save
+	sawEntries bool                  // the current Ready saved entries
+	payloads   int                   // payloads applied before the current Ready's apply
+	fired      bool
+
+	crashc      chan crashEvent
+	resume      chan struct{}
+	releaseOnce sync.Once
+}
+
+type crashEvent struct {
+	point  string
+	target uint64
+	role   raft.StateType
+	life   int
+	clones map[uint64]*vfs.MemFS
+}
+
+func (p *crashPlan) release() { p.releaseOnce.Do(func() { close(p.resume) }) }
+
+// arm plans a crash at point. The target, whose failpoint fires the crash,
+// is the current leader for theLeader and allAtLeader, else the
+// lowest-numbered follower.
+func (c *cluster) arm(point string, v victim, received *bool) *crashPlan {
+	c.t.Helper()
+	lead := c.waitLeader()
+	p := &crashPlan{
+		c:        c,
+		point:    point,
+		target:   lead.rep.id,
+		role:     raft.StateLeader,
+		received: received,
+		crashc:   make(chan crashEvent, 1),
+		resume:   make(chan struct{}),
+	}
+	if v == aFollower || v == allAtFollower {
+		p.role = raft.StateFollower
+		for _, id := range c.ids {
+			if id != p.target {
+				p.target = id
+				break
+			}
+		}
+	}
+	p.victims = []uint64{p.target}
+	if v.all() {
+		p.victims = slices.Clone(c.ids)
+	}
+	c.plan.Store(p)
+	return p
+}
+
+// armReplica plans a crash of replica id (which may be down now and restart
+// later) at point, whatever its role. (A replica that restarts may still
+// publish itself as a pre-candidate when the leader's snapshot reaches it.)
+func (c *cluster) armReplica(id uint64, point string, received *bool) *crashPlan {
+	p := &crashPlan{
+		c:        c,
+		point:    point,
+		target:   id,
+		anyRole:  true,
+		victims:  []uint64{id},
+		received: received,
+		crashc:   make(chan crashEvent, 1),
+		resume:   make(chan struct{}),
+	}
+	c.plan.Store(p)
+	return p
+}
+
+// failpoint is every life's Config.Failpoint.
+func (c *cluster) failpoint(l *life, point string) {
+	switch point {
+	case raftnode.FailpointBeforeSave:
+		l.inReady = true
+	case raftnode.FailpointAfterApply:
+		defer func() { l.inReady = false }()
+	}
+	if p := c.plan.Load(); p != nil && p.target == l.rep.id {
+		p.at(l, point)
+	}
+}
+
+// at runs on the target's node goroutine at every failpoint. A crash at
+// before-save is only kept for a Ready that saves entries (the clones are
+// taken at before-save, the decision made at after-save; the node did
+// nothing visible in between); one at after-save or after-send only for a
+// Ready that saved entries, and one at after-apply only for a Ready that
+// applied a payload (a client request).
+func (p *crashPlan) at(l *life, point string) {
+	if p.fired {
+		return
+	}
+	inRole := p.anyRole || l.node.Status().State == p.role
+	switch point {
+	case raftnode.FailpointBeforeSave:
+		if p.point == point && inRole {
+			p.tentative = p.cutAndClone()
+		}
+	case raftnode.FailpointAfterSave:
+		p.sawEntries = l.store.lastSave.Load() > 0
+		if clones := p.tentative; clones != nil {
+			p.tentative = nil
+			if p.sawEntries {
+				p.crash(l, clones)
+				return
+			}
+			p.c.nw.setCut(p.victims, false)
+		}
+		if p.point == point && p.sawEntries && inRole {
+			p.crash(l, p.cutAndClone())
+		}
+	case raftnode.FailpointAfterSend:
+		p.payloads = l.sm.payloadsApplied()
+		if p.point == point && p.sawEntries && inRole {
+			p.crash(l, p.cutAndClone())
+		}
+	case raftnode.FailpointAfterApply:
+		if p.point == point && l.sm.payloadsApplied() > p.payloads && inRole {
+			p.crash(l, p.cutAndClone())
+		}
+	case raftnode.FailpointBeforeSnapshotSave, raftnode.FailpointAfterSnapshotSave:
+		if p.point == point && inRole && (p.received == nil || *p.received == l.inReady) {
+			p.crash(l, p.cutAndClone())
+		}
+	}
+}
+
+// cutAndClone cuts the victims off (so that nothing they do from now on
+// reaches anyone) and then takes a crash clone of each one's file system:
+// what it had synced at this instant.
+func (p *crashPlan) cutAndClone() map[uint64]*vfs.MemFS {
+	p.c.nw.setCut(p.victims, true)
+	clones := make(map[uint64]*vfs.MemFS)
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	for _, id := range p.victims {
+		clones[id] = p.c.reps[id].fs.CrashClone(vfs.CrashCloneCfg{})
+	}
+	return clones
+}
+
+func (p *crashPlan) crash(l *life, clones map[uint64]*vfs.MemFS) {
+	p.fired = true
+	p.crashc <- crashEvent{point: p.point, target: p.target, role: p.role, life: l.n, clones: clones}
+	<-p.resume
+}
+
+// awaitCrash waits for the armed plan to fire, stops the victims and
+// installs their crash images. It returns the event and each victim's
+// store state at the moment it stopped.
+func (c *cluster) awaitCrash(p *crashPlan) (crashEvent, map[uint64]string) {
+	c.t.Helper()
+	var ev crashEvent
+	select {
+	case ev = <-p.crashc:
+	case <-time.After(waitTimeout):
+		c.plan.CompareAndSwap(p, nil)
+		c.t.Fatalf("replica %d never reached %s as %v within %v", p.target, p.point, p.role, waitTimeout)
+	}
+	c.plan.CompareAndSwap(p, nil)
+	states := c.stop(p.victims, p.release)
+	c.mu.Lock()
+	for id, fs := range ev.clones {
+		c.reps[id].fs = fs
+	}
+	c.mu.Unlock()
+	return ev, states
+}
+
+// restart starts a new life of each of ids from its file system.
+func (c *cluster) restart(ids []uint64) map[uint64]string {
+	c.t.Helper()
+	states := make(map[uint64]string)
+	for _, id := range ids {
+		c.start(c.reps[id])
+		states[id] = describe(c.reps[id].cur.store)
+	}
+	return states
+}
+
+// crashNow takes down replica id at an arbitrary moment of its run: a crash
+// image of its file system as it is now.
+func (c *cluster) crashNow(id uint64) {
+	c.nw.setCut([]uint64{id}, true)
+	c.mu.Lock()
+	clone := c.reps[id].fs.CrashClone(vfs.CrashCloneCfg{})
+	c.mu.Unlock()
+	c.stop([]uint64{id}, nil)
+	c.mu.Lock()
+	c.reps[id].fs = clone
+	c.mu.Unlock()
+}
