@@ -38,6 +38,12 @@ type Config struct {
 	// is refused with ErrForeignDataDir.
 	DataDir string
 
+	// LogBackend selects the durable log: LogPebble (the default: log,
+	// hard state and snapshots in a Pebble database under DataDir/log) or
+	// LogWAL (etcd's write-ahead log plus snapshot files under
+	// DataDir/wal). A data directory keeps the backend it was created with.
+	LogBackend LogBackend
+
 	// Listener, if set, is served instead of listening on Peers[ID]; Start
 	// takes ownership and Close closes it. Useful with port 0 in tests.
 	Listener net.Listener
@@ -101,8 +107,20 @@ type Config struct {
 	MaxWaitersPerLock int
 }
 
+// LogBackend names a durable log implementation.
+type LogBackend string
+
+// The log backends.
+const (
+	LogPebble LogBackend = "pebble"
+	LogWAL    LogBackend = "wal"
+)
+
 func (c *Config) withDefaults() Config {
 	out := *c
+	if out.LogBackend == "" {
+		out.LogBackend = LogPebble
+	}
 	if out.ClusterName == "" {
 		out.ClusterName = "quorumlock"
 	}
@@ -177,6 +195,9 @@ func (c *Config) validate() error {
 	}
 	if (c.TLS == nil) != (c.PeerTLS == nil) {
 		return invalid("PeerTLS", "TLS and PeerTLS must be set together")
+	}
+	if c.LogBackend != LogPebble && c.LogBackend != LogWAL {
+		return invalid("LogBackend", "%q is neither %q nor %q", c.LogBackend, LogPebble, LogWAL)
 	}
 	if c.DataDir == "" {
 		return invalid("DataDir", "must be set")

@@ -25,6 +25,7 @@ import (
 	"github.com/quorumlock/quorumlock/raftnode"
 	"github.com/quorumlock/quorumlock/storage"
 	"github.com/quorumlock/quorumlock/storage/pebblestore"
+	"github.com/quorumlock/quorumlock/storage/walstore"
 	"github.com/quorumlock/quorumlock/transport"
 )
 
@@ -96,7 +97,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("quorumlock: data directory: %w", err)
 	}
-	store, err := pebblestore.Open(filepath.Join(cfg.DataDir, "log"), pebblestore.Options{Logger: cfg.Logger})
+	store, err := openLog(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("quorumlock: opening log: %w", err)
 	}
@@ -210,6 +211,24 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	go n.hb.run()
 	n.log.Info("replica started", zap.String("addr", lis.Addr().String()), zap.Int("members", len(cfg.Peers)))
 	return n, nil
+}
+
+// openLog opens the configured backend. A directory made by the other
+// backend is refused rather than silently started empty.
+func openLog(cfg Config) (storage.LogStore, error) {
+	pebbleDir, walDir := filepath.Join(cfg.DataDir, "log"), filepath.Join(cfg.DataDir, "wal")
+	dir, other := pebbleDir, walDir
+	if cfg.LogBackend == LogWAL {
+		dir, other = walDir, pebbleDir
+	}
+	if _, err := os.Stat(other); err == nil {
+		return nil, fmt.Errorf("%w: %s holds a log of the other backend (%s); LogBackend is %q",
+			ErrInvalidConfig, cfg.DataDir, filepath.Base(other), cfg.LogBackend)
+	}
+	if cfg.LogBackend == LogWAL {
+		return walstore.Open(dir, walstore.Options{Logger: cfg.Logger})
+	}
+	return pebblestore.Open(dir, pebblestore.Options{Logger: cfg.Logger})
 }
 
 // serverOptions: TLS if configured, and a keepalive policy that admits the

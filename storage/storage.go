@@ -2,13 +2,27 @@
 // replica runs on, and the errors its backends return.
 //
 // A LogStore is raft.Storage (what the raft state machine reads) plus the
-// writes the Ready loop makes: Save persists the HardState and new entries of
-// one Ready in a single synced write, before any message that depends on them
-// is sent (go.etcd.io/raft doc.go, Ready contract step 1). Snapshots and log
-// compaction are part of the interface so that backends are complete; the
-// replica takes snapshots once the durability work lands.
+// writes the Ready loop makes. For each Ready, in this order:
 //
-// Backends live in sub-packages: storage/pebblestore (the default).
+//  1. SaveSnapshot(rd.Snapshot) when the Ready carries a snapshot (one received
+//     from the leader). It replaces the log, so it must come first: the
+//     entries of the same Ready continue after the snapshot, and its hard
+//     state may commit up to the snapshot's index.
+//  2. Save(rd.HardState, rd.Entries): one synced write, before any message
+//     that depends on them is sent (go.etcd.io/raft doc.go, Ready contract
+//     step 1).
+//
+// Snapshots the replica takes of its own applied state are recorded with
+// SaveSnapshot too; they keep the log. Compact then discards the log up to an
+// index at or below the snapshot, so a replica can keep a tail of entries
+// behind its snapshot (etcd keeps 5000) for followers that are only a little
+// behind, instead of sending them the whole snapshot. FirstIndex is always the
+// first retained entry, which may lie at or below the snapshot's index.
+//
+// Backends live in sub-packages: storage/pebblestore (the default) and
+// storage/walstore (etcd's WAL plus snapshot files). storage/storagetest is
+// the conformance suite both pass. docs/storage.md describes their on-disk
+// layouts and recovery rules.
 package storage
 
 import (
@@ -29,26 +43,52 @@ type Identity struct {
 // LogStore is a durable raft log. Methods of raft.Storage may be called from
 // the raft goroutine while Save runs on the same goroutine; implementations
 // must be safe for that pattern, and Close must be the last call.
+//
+// Every write (Save, SaveSnapshot, Compact, SetIdentity) is durable when it
+// returns nil. A write that fails in the underlying write or sync is returned
+// wrapped (errors.Is finds the cause, for example a syscall.Errno) and is
+// sticky: that call and every later write return it. The caller must stop the
+// replica and must not retry: an fsync failure may have dropped written pages,
+// so the outcome of the failed write is unknown (after a restart it may or
+// may not be found). Reads keep answering so that the replica can stop
+// cleanly.
 type LogStore interface {
 	raft.Storage
 
 	// Save durably persists st (skipped when nil or empty) and ents in one
-	// synced write. ents are consecutive; an entry whose index is at or below
-	// the last index replaces the existing entry with that index and drops every
-	// entry after it (raft's log-matching overwrite). An error from the
-	// underlying sync is returned as is: the caller must stop the replica and
-	// must not retry (an fsync failure may have lost the written pages).
+	// synced write. ents are consecutive and start at or below LastIndex()+1;
+	// otherwise Save returns an error wrapping ErrNonContiguous and writes
+	// nothing. Entries at or below the latest snapshot's index are covered by
+	// it and skipped (raft never rewrites them: a snapshot holds only
+	// committed entries). An entry above it and at or below LastIndex()
+	// replaces the stored entry with its index and drops every entry after it
+	// (raft's log-matching overwrite). Write and sync failures are wrapped
+	// and sticky, as described on LogStore.
 	Save(st *raftpb.HardState, ents []*raftpb.Entry) error
 
-	// SaveSnapshot durably records snap as the latest snapshot, discards the
-	// log entries it covers, and makes FirstIndex snap.Index+1. A snapshot
-	// older than the current one returns raft.ErrSnapOutOfDate.
+	// SaveSnapshot durably records snap (metadata and data) as the latest
+	// snapshot. When the log holds the entry at snap's index with snap's term
+	// (a snapshot this replica took of its applied state), the log is kept
+	// as it is: the entries at or below snap's index stay until Compact
+	// discards them. Otherwise (a snapshot received from the leader) the log
+	// cannot be trusted to match and is replaced: FirstIndex becomes
+	// snap.Index+1 and LastIndex snap.Index, and in the same durable write
+	// the hard state's commit index is raised to snap.Index if it was lower
+	// (a snapshot holds only committed entries, and raft refuses to start
+	// with a commit index below FirstIndex()-1, which a crash before the
+	// following Save would otherwise leave). In a Ready that carries a
+	// snapshot, call SaveSnapshot before Save.
+	//
+	// A snapshot at or below the current snapshot's index returns
+	// raft.ErrSnapOutOfDate (a snapshot at index 0 is accepted while the
+	// current one is at 0 too, to record a bootstrap ConfState).
 	SaveSnapshot(snap *raftpb.Snapshot) error
 
-	// Compact discards entries up to and including index, which must be at or
-	// below the index of the latest durable snapshot (ErrCompactBeyondSnapshot
-	// otherwise). Compacting an already compacted index returns
-	// raft.ErrCompacted.
+	// Compact durably discards the entries up to and including index, which
+	// must be at or below the latest snapshot's index (an error wrapping
+	// ErrCompactBeyondSnapshot otherwise). FirstIndex becomes index+1 and
+	// Term(index) keeps answering. Compacting at or below FirstIndex()-1
+	// returns raft.ErrCompacted.
 	Compact(index uint64) error
 
 	// Identity returns the identity recorded in the store; ok is false for a
@@ -59,7 +99,8 @@ type LogStore interface {
 	// different identity is already recorded.
 	SetIdentity(id Identity) error
 
-	// Close releases the store. It does not sync: every Save already did.
+	// Close releases the store. It does not need to sync: every write
+	// already did.
 	Close() error
 }
 
@@ -73,7 +114,8 @@ var (
 	ErrCompactBeyondSnapshot = errors.New("storage: compaction index beyond the latest snapshot")
 
 	// ErrCorrupt is returned (wrapped, with the file and position) when stored
-	// data fails its checks.
+	// data fails its checks. Backends return it from Open for anything but a
+	// torn final record, which they repair.
 	ErrCorrupt = errors.New("storage: corrupt data")
 
 	// ErrNonContiguous is returned by Save for entries that leave a gap after

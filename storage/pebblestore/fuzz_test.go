@@ -24,5 +24,12 @@ func FuzzDecode(f *testing.F) {
 		_, _ = decodeIdentity(v)
 		_, _ = parseEntryKey(v)
 		_ = keyName(v)
+		// The WAL check parses chunks of any content.
+		if p := firstBadChunk(v, uint32(index)); p >= len(v) {
+			t.Fatalf("firstBadChunk returned %d past the end of %d bytes", p, len(v))
+		}
+		for p := 0; p < len(v); p++ {
+			_, _ = validChunkAt(v, p, uint32(index))
+		}
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"sync"
 
+	crerrors "github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
@@ -54,9 +55,10 @@ type Options struct {
 // All methods are safe for concurrent use; writes are serialized and a read
 // never observes a partly applied Save. Close must be the last call.
 type Store struct {
-	dir string
-	log *zap.Logger
-	db  *pebble.DB
+	dir  string
+	log  *zap.Logger
+	db   *pebble.DB
+	lock *pebble.Lock // Pebble's directory lock, released after the database closes
 
 	// fatalMu guards fatal, the first failure Pebble reported through
 	// Logger.Fatalf, possibly from one of its background goroutines.
@@ -78,13 +80,18 @@ type Store struct {
 var _ storage.LogStore = (*Store)(nil)
 
 // Open opens the store in dir, creating dir and an empty store when missing,
-// and loads the log bounds, hard state, snapshot metadata and the log tail
-// into memory.
+// loads the log bounds, hard state, snapshot metadata and the log tail into
+// memory, and reads every other record once to check it.
 //
-// It fails when dir is locked by another open Store (Pebble's LOCK file), when
-// the store was written in an unknown format, and, wrapping storage.ErrCorrupt
-// with the directory and the key, when a stored record fails to decode or the
-// records disagree (for example a hard state committing past the last entry).
+// Pebble replays its own WAL on open: a torn final record of the newest WAL
+// file (a write that never completed) is dropped, as Pebble does; a damaged
+// record that Pebble can tell was followed by synced data is corruption.
+//
+// Open fails when dir is locked by another open Store (Pebble's LOCK file),
+// when the store was written in an unknown format, and, wrapping
+// storage.ErrCorrupt with the directory and the key or Pebble's file, when a
+// stored record fails its checksum or does not decode, or the records
+// disagree (for example a hard state committing past the last entry).
 // The caller owns the returned Store and must Close it.
 func Open(dir string, opts Options) (*Store, error) {
 	return open(dir, opts, defaultCacheLimits)
@@ -105,8 +112,19 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pebblestore: create %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, log: logger}
+	// Hold Pebble's directory lock while checking the WAL, so that no other
+	// Store writes it meanwhile.
+	lock, err := pebble.LockDirectory(dir, fs)
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: lock %s: %w", dir, err)
+	}
+	if err := checkWALTail(fs, dir); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	s := &Store{dir: dir, log: logger, lock: lock}
 	popts := &pebble.Options{
+		Lock:               lock,
 		FS:                 fs,
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		FormatMajorVersion: pebble.FormatNewest,
@@ -119,7 +137,13 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
-		if errors.Is(err, pebble.ErrCorruption) {
+		_ = lock.Close()
+		if pebble.IsCorruptionError(err) {
+			// Pebble names the damaged file (for example the WAL being
+			// replayed) in the error's details, not in its message.
+			if d := crerrors.FlattenDetails(err); d != "" {
+				return nil, fmt.Errorf("pebblestore: open %s: %w: %w (%s)", dir, storage.ErrCorrupt, err, d)
+			}
 			return nil, fmt.Errorf("pebblestore: open %s: %w: %w", dir, storage.ErrCorrupt, err)
 		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
@@ -127,6 +151,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	s.db = db
 	if err := s.load(lim); err != nil {
 		_ = db.Close()
+		_ = lock.Close()
 		return nil, err
 	}
 	return s, nil
@@ -183,8 +208,8 @@ func (s *Store) load(lim cacheLimits) error {
 		}
 		s.trunc = truncState{index: i, term: t}
 	}
-	if s.snapMeta.GetIndex() > s.trunc.index {
-		return corrupt(s.dir, keyTrunc, fmt.Errorf("log starts after %d, below snapshot index %d", s.trunc.index, s.snapMeta.GetIndex()))
+	if s.trunc.index > s.snapMeta.GetIndex() {
+		return corrupt(s.dir, keyTrunc, fmt.Errorf("log discarded through %d, past the snapshot at %d", s.trunc.index, s.snapMeta.GetIndex()))
 	}
 
 	first, last, ok, err := s.entryBounds()
@@ -201,7 +226,32 @@ func (s *Store) load(lim cacheLimits) error {
 	if c := s.hardState.GetCommit(); c > s.lastIndex {
 		return corrupt(s.dir, keyHardState, fmt.Errorf("commit index %d beyond last index %d", c, s.lastIndex))
 	}
-	return s.loadCache(lim)
+	if si := s.snapMeta.GetIndex(); si > s.lastIndex {
+		return corrupt(s.dir, keySnapMeta, fmt.Errorf("snapshot index %d beyond last index %d", si, s.lastIndex))
+	}
+	if err := s.loadLog(lim); err != nil {
+		return err
+	}
+	if si := s.snapMeta.GetIndex(); si > s.trunc.index {
+		// The log keeps entries behind the snapshot: the entry at its index
+		// must be the one the snapshot was taken at.
+		if t, err := s.term(si); err != nil {
+			return err
+		} else if t != s.snapMeta.GetTerm() {
+			return corrupt(s.dir, entryKey(si), fmt.Errorf("term %d, the snapshot at this index has term %d", t, s.snapMeta.GetTerm()))
+		}
+	}
+	// Read the snapshot data and the identity once, so that damage to them
+	// stops the replica now rather than when raft first sends the snapshot.
+	if _, closer, err := s.db.Get(keySnapData); err == nil {
+		if err := closer.Close(); err != nil {
+			return s.readErr(keySnapData, err)
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return s.readErr(keySnapData, err)
+	}
+	_, _, err = s.identity()
+	return err
 }
 
 func (s *Store) initVersion() error {
@@ -261,18 +311,16 @@ func (s *Store) entryBounds() (first, last uint64, ok bool, err error) {
 	return first, last, true, nil
 }
 
-// loadCache fills the tail cache with the newest entries within lim.
-func (s *Store) loadCache(lim cacheLimits) error {
-	s.cache = newTailCache(lim, s.lastIndex+1)
-	if s.lastIndex == s.trunc.index || lim.maxEntries == 0 {
+// loadLog reads every retained entry, so that a missing or undecodable one
+// fails Open, and keeps the newest within lim in the tail cache. The retained
+// log is short (the snapshot interval plus the catch-up tail), so this is
+// cheap next to restoring the state machine.
+func (s *Store) loadLog(lim cacheLimits) error {
+	s.cache = newTailCache(lim, s.trunc.index+1)
+	if s.lastIndex == s.trunc.index {
 		return nil
 	}
-	lo := s.trunc.index + 1
-	if n := uint64(lim.maxEntries); s.lastIndex-lo+1 > n {
-		lo = s.lastIndex - n + 1
-	}
-	s.cache.reset(lo)
-	_, err := s.scanEntries(lo, s.lastIndex+1, func(e *raftpb.Entry, size int) bool {
+	_, err := s.scanEntries(s.trunc.index+1, s.lastIndex+1, func(e *raftpb.Entry, size int) bool {
 		s.cache.append(e, size)
 		return true
 	})
@@ -350,7 +398,7 @@ func (s *Store) get(key []byte) (v []byte, ok bool, err error) {
 // readErr wraps a Pebble read failure of key; Pebble's corruption errors are
 // also marked storage.ErrCorrupt.
 func (s *Store) readErr(key []byte, err error) error {
-	if errors.Is(err, pebble.ErrCorruption) {
+	if pebble.IsCorruptionError(err) {
 		return corrupt(s.dir, key, err)
 	}
 	return fmt.Errorf("pebblestore: %s: read %s: %w", s.dir, keyName(key), err)
@@ -433,8 +481,9 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 }
 
 // Term implements raft.Storage: the term of entry i, for i in
-// [FirstIndex()-1, LastIndex()]. Term(FirstIndex()-1) is the term recorded
-// with the latest snapshot (0 for a store without one). It returns
+// [FirstIndex()-1, LastIndex()]. Term(FirstIndex()-1) is the term of the last
+// discarded entry, recorded by Compact or by a snapshot that replaced the log
+// (0 for a store that never discarded any). It returns
 // raft.ErrCompacted below that range, raft.ErrUnavailable above it, and an
 // error wrapping storage.ErrCorrupt for an undecodable entry.
 func (s *Store) Term(i uint64) (uint64, error) {
@@ -485,8 +534,10 @@ func (s *Store) LastIndex() (uint64, error) {
 	return s.lastIndex, nil
 }
 
-// FirstIndex implements raft.Storage: the index of the first entry Entries
-// may return, the latest snapshot's index + 1 (1 for a new store).
+// FirstIndex implements raft.Storage: the index of the first retained entry,
+// one past the last index discarded by Compact or by a snapshot that replaced
+// the log (1 for a new store). It may lie at or below the latest snapshot's
+// index: the log keeps a tail behind a snapshot until Compact.
 func (s *Store) FirstIndex() (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -550,7 +601,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.cache = nil
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if lerr := s.lock.Close(); err == nil {
+		err = lerr
+	}
+	if err != nil {
 		return fmt.Errorf("pebblestore: close %s: %w", s.dir, err)
 	}
 	return nil

@@ -19,8 +19,8 @@ import (
 //
 // ents must be consecutive and start at or below LastIndex()+1; otherwise
 // Save returns an error wrapping storage.ErrNonContiguous and writes nothing.
-// Entries at or below FirstIndex()-1 are already covered by the snapshot and
-// are skipped, as raft.MemoryStorage.Append does. An entry at or below
+// Entries at or below the latest snapshot's index (or below FirstIndex) are
+// covered by the snapshot and skipped. An entry above it and at or below
 // LastIndex() replaces the stored one and every later entry is deleted.
 //
 // Save keeps the entry pointers in its cache and hands them out from Entries:
@@ -44,8 +44,8 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 				k, len(ents), e.GetIndex(), want, storage.ErrNonContiguous)
 		}
 	}
-	if len(ents) > 0 && ents[0].GetIndex() <= s.trunc.index {
-		skip := s.trunc.index + 1 - ents[0].GetIndex()
+	if covered := max(s.trunc.index, s.snapMeta.GetIndex()); len(ents) > 0 && ents[0].GetIndex() <= covered {
+		skip := covered + 1 - ents[0].GetIndex()
 		if skip >= uint64(len(ents)) {
 			ents = nil
 		} else {
@@ -129,13 +129,14 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 }
 
 // SaveSnapshot implements storage.LogStore: it durably records snap as the
-// latest snapshot (metadata and data) and discards the entries it covers, in
-// one synced batch; FirstIndex becomes snap's index + 1.
+// latest snapshot (metadata and data) in one synced batch.
 //
 // When the log holds the entry at snap's index with snap's term (a snapshot
-// this replica took), the entries after it are kept. Otherwise (a snapshot
-// received from the leader) the log cannot be trusted to match and every
-// entry is discarded: LastIndex becomes snap's index.
+// this replica took), the log is kept: entries at or below snap's index stay
+// until Compact. Otherwise (a snapshot received from the leader) the log
+// cannot be trusted to match and every entry is discarded in the same batch:
+// FirstIndex becomes snap's index + 1 and LastIndex snap's index, and the
+// hard state's commit index is raised to snap's index if it was lower.
 //
 // It returns raft.ErrSnapOutOfDate when snap's index is at or below that of
 // the current snapshot (a snapshot at index 0 is accepted only while the
@@ -168,6 +169,13 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("pebblestore: SaveSnapshot: marshal metadata: %w", err)
 	}
+	hs := raisedCommit(s.hardState, index)
+	var hv []byte
+	if !keep && hs != s.hardState {
+		if hv, err = proto.Marshal(hs); err != nil {
+			return fmt.Errorf("pebblestore: SaveSnapshot: marshal hard state: %w", err)
+		}
+	}
 	err = s.write(func(b *pebble.Batch) error {
 		if err := b.Set(keySnapMeta, mv, nil); err != nil {
 			return err
@@ -178,38 +186,57 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 		} else {
 			err = b.Delete(keySnapData, nil)
 		}
-		if err != nil {
+		if err != nil || keep {
 			return err
 		}
 		if err := b.Set(keyTrunc, encodePair(index, term), nil); err != nil {
 			return err
 		}
-		end := entryKeysEnd
-		if keep {
-			end = entryKeyUpper(index)
+		if hv != nil {
+			if err := b.Set(keyHardState, hv, nil); err != nil {
+				return err
+			}
 		}
-		return b.DeleteRange(entryKeysStart, end, nil)
+		return b.DeleteRange(entryKeysStart, entryKeysEnd, nil)
 	})
 	if err != nil {
 		return fmt.Errorf("pebblestore: %s: save snapshot at index %d: %w", s.dir, index, err)
 	}
 
 	s.snapMeta = meta
-	s.trunc = truncState{index: index, term: term}
-	if keep {
-		s.cache.dropThrough(index)
-	} else {
+	if !keep {
+		if hv != nil {
+			s.hardState = hs
+		}
+		s.trunc = truncState{index: index, term: term}
 		s.lastIndex = index
 		s.cache.reset(index + 1)
 	}
 	return nil
 }
 
-// Compact implements storage.LogStore. SaveSnapshot already discards every
-// entry its snapshot covers, so no index is both compactable and at or below
-// the latest snapshot: Compact returns raft.ErrCompacted for an index at or
-// below FirstIndex()-1 and an error wrapping storage.ErrCompactBeyondSnapshot
-// for any other, and writes nothing.
+// raisedCommit returns hs with its commit index raised to index, a copy when
+// it changes anything (hs itself otherwise; nil stays nil for index 0).
+func raisedCommit(hs *raftpb.HardState, index uint64) *raftpb.HardState {
+	if hs.GetCommit() >= index {
+		return hs
+	}
+	out := new(raftpb.HardState)
+	if hs != nil {
+		out = proto.Clone(hs).(*raftpb.HardState)
+	}
+	out.Commit = new(index)
+	return out
+}
+
+// Compact implements storage.LogStore: it deletes the entries up to and
+// including index and records index and its term as the truncated state, in
+// one synced batch.
+//
+// It returns raft.ErrCompacted for an index at or below FirstIndex()-1, an
+// error wrapping storage.ErrCompactBeyondSnapshot for an index past the
+// latest snapshot, and the sticky write error as Save does; in all three
+// cases it writes nothing.
 func (s *Store) Compact(index uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,8 +246,28 @@ func (s *Store) Compact(index uint64) error {
 	if index <= s.trunc.index {
 		return raft.ErrCompacted
 	}
-	return fmt.Errorf("pebblestore: Compact(%d): latest snapshot is at %d: %w",
-		index, s.snapMeta.GetIndex(), storage.ErrCompactBeyondSnapshot)
+	if index > s.snapMeta.GetIndex() {
+		return fmt.Errorf("pebblestore: Compact(%d): latest snapshot is at %d: %w",
+			index, s.snapMeta.GetIndex(), storage.ErrCompactBeyondSnapshot)
+	}
+	// The snapshot lies within the log (load and SaveSnapshot keep it so),
+	// so index is a stored entry.
+	term, err := s.term(index)
+	if err != nil {
+		return err
+	}
+	err = s.write(func(b *pebble.Batch) error {
+		if err := b.Set(keyTrunc, encodePair(index, term), nil); err != nil {
+			return err
+		}
+		return b.DeleteRange(entryKeysStart, entryKeyUpper(index), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("pebblestore: %s: compact through index %d: %w", s.dir, index, err)
+	}
+	s.trunc = truncState{index: index, term: term}
+	s.cache.dropThrough(index)
+	return nil
 }
 
 // SetIdentity implements storage.LogStore: it records id with a synced write,

@@ -1,7 +1,9 @@
 package storagetest
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.etcd.io/raft/v3"
@@ -208,12 +210,13 @@ func testTermAndErrors(t *testing.T, h *harness) {
 	if err := h.s.SaveSnapshot(snapshot(4, 2, []uint64{1}, "state at 4")); err != nil {
 		t.Fatalf("SaveSnapshot: %v", err)
 	}
+	h.compact(4)
 	for round := range 2 {
 		if round == 1 {
 			h.reopen()
 		}
 		if term, err := h.s.Term(4); err != nil || term != 2 {
-			t.Fatalf("Term(FirstIndex()-1 = 4) = %d, %v; want 2 from the snapshot", term, err)
+			t.Fatalf("Term(FirstIndex()-1 = 4) = %d, %v; want 2, the term of the last compacted entry", term, err)
 		}
 		for _, i := range []uint64{0, 1, 3} {
 			_, err := h.s.Term(i)
@@ -231,19 +234,24 @@ func testTermAndErrors(t *testing.T, h *harness) {
 	}
 }
 
-func testSnapshotKeepsTail(t *testing.T, h *harness) {
+// testSnapshotKeepsLog saves local snapshots (their index and term match an
+// entry): the log stays whole, entries behind the snapshot included, until
+// Compact.
+func testSnapshotKeepsLog(t *testing.T, h *harness) {
+
 	h.save(hardState(3, 1, 8), append(entries(1, 5, 2), entries(6, 10, 3)...))
+	all := append(entries(1, 5, 2), entries(6, 10, 3)...)
 	snap := snapshot(7, 3, []uint64{1, 2, 3}, "state at 7")
 	if err := h.s.SaveSnapshot(snap); err != nil {
 		t.Fatalf("SaveSnapshot: %v", err)
 	}
-	want := logState{first: 8, prevTerm: 3, ents: entries(8, 10, 3)}
+	want := logState{first: 1, ents: all}
 	checkLog(t, h.s, want)
 	checkSnapshot(t, h.s, snap)
 
 	// The log grows and is overwritten after the snapshot as before.
 	h.save(nil, entries(10, 12, 4))
-	want.ents = append(entries(8, 9, 3), entries(10, 12, 4)...)
+	want.ents = append(all[:9:9], entries(10, 12, 4)...)
 	checkLog(t, h.s, want)
 
 	h.reopen()
@@ -251,11 +259,23 @@ func testSnapshotKeepsTail(t *testing.T, h *harness) {
 	checkSnapshot(t, h.s, snap)
 	checkHardState(t, h.s, hardState(3, 1, 8))
 
-	// A later snapshot at the last index empties the log but keeps its end.
+	// Compact leaves a tail behind the snapshot.
+	h.compact(5)
+	want = logState{first: 6, prevTerm: 2, ents: want.ents[5:]}
+	checkLog(t, h.s, want)
+	h.reopen()
+	checkLog(t, h.s, want)
+	checkSnapshot(t, h.s, snap)
+
+	// A later snapshot at the last index keeps the log too; compacting to it
+	// empties the log but keeps its end.
 	snap2 := snapshot(12, 4, []uint64{1, 2, 3, 4}, "state at 12")
 	if err := h.s.SaveSnapshot(snap2); err != nil {
 		t.Fatalf("SaveSnapshot: %v", err)
 	}
+	checkLog(t, h.s, want)
+	checkSnapshot(t, h.s, snap2)
+	h.compact(12)
 	checkLog(t, h.s, logState{first: 13, prevTerm: 4})
 	h.reopen()
 	checkLog(t, h.s, logState{first: 13, prevTerm: 4})
@@ -275,9 +295,14 @@ func testSnapshotReplacesLog(t *testing.T, h *harness) {
 	}
 	want := logState{first: 7, prevTerm: 2}
 	checkLog(t, h.s, want)
+	// The snapshot holds only committed entries: the commit index moves up
+	// to it, so that raft accepts the store even if the Save of the same
+	// Ready never happens.
+	checkHardState(t, h.s, hardState(1, 1, 6))
 	h.reopen()
 	checkLog(t, h.s, want)
 	checkSnapshot(t, h.s, snap)
+	checkHardState(t, h.s, hardState(1, 1, 6))
 
 	// Entries from the leader follow the snapshot.
 	h.save(hardState(2, 0, 8), entries(7, 8, 2))
@@ -291,12 +316,39 @@ func testSnapshotReplacesLog(t *testing.T, h *harness) {
 	}
 	want = logState{first: 21, prevTerm: 3}
 	checkLog(t, h.s, want)
+	checkHardState(t, h.s, hardState(2, 0, 20))
 	wantIs(t, "Save leaving a gap after a snapshot", h.s.Save(nil, entries(22, 22, 3)), storage.ErrNonContiguous)
 	h.save(nil, entries(21, 21, 3))
 	want.ents = entries(21, 21, 3)
 	h.reopen()
 	checkLog(t, h.s, want)
 	checkSnapshot(t, h.s, snap)
+}
+
+// testSnapshotThenSave follows a Ready that carries a leader's snapshot:
+// SaveSnapshot first, then Save of the hard state committing the snapshot and
+// of the entries after it.
+func testSnapshotThenSave(t *testing.T, h *harness) {
+	h.save(hardState(1, 1, 4), entries(1, 6, 1))
+	snap := snapshot(9, 2, []uint64{1, 2, 3}, "leader state at 9")
+	if err := h.s.SaveSnapshot(snap); err != nil {
+		t.Fatalf("SaveSnapshot: %v", err)
+	}
+	// A crash here, before the Save of the same Ready, leaves a store raft
+	// accepts: the commit index is not below FirstIndex()-1.
+	h.reopen()
+	checkLog(t, h.s, logState{first: 10, prevTerm: 2})
+	checkHardState(t, h.s, hardState(1, 1, 9))
+	h.save(hardState(2, 0, 11), entries(10, 11, 2))
+	want := logState{first: 10, prevTerm: 2, ents: entries(10, 11, 2)}
+	for round := range 2 {
+		if round == 1 {
+			h.reopen()
+		}
+		checkLog(t, h.s, want)
+		checkHardState(t, h.s, hardState(2, 0, 11))
+		checkSnapshot(t, h.s, snap)
+	}
 }
 
 func testSnapshotOutOfDate(t *testing.T, h *harness) {
@@ -313,9 +365,28 @@ func testSnapshotOutOfDate(t *testing.T, h *harness) {
 			err := h.s.SaveSnapshot(snapshot(i, 1, []uint64{9}, "old"))
 			wantIs(t, "SaveSnapshot of an older snapshot", err, raft.ErrSnapOutOfDate)
 		}
-		checkLog(t, h.s, logState{first: 6, prevTerm: 1, ents: entries(6, 10, 1)})
+		checkLog(t, h.s, logState{first: 1, ents: entries(1, 10, 1)})
 		checkSnapshot(t, h.s, snap)
 	}
+}
+
+// testSaveSkipsSnapshotEntries saves entries at and below the snapshot's
+// index that differ from the log (raft never does): they are skipped, and
+// the entries after them are written as usual.
+func testSaveSkipsSnapshotEntries(t *testing.T, h *harness) {
+	h.save(nil, entries(1, 10, 1))
+	if err := h.s.SaveSnapshot(snapshot(7, 1, []uint64{1}, "state at 7")); err != nil {
+		t.Fatalf("SaveSnapshot: %v", err)
+	}
+	h.save(nil, entries(5, 7, 2))
+	want := logState{first: 1, ents: entries(1, 10, 1)}
+	checkLog(t, h.s, want)
+
+	h.save(nil, entries(6, 8, 3))
+	want.ents = append(entries(1, 7, 1), entries(8, 8, 3)...)
+	checkLog(t, h.s, want)
+	h.reopen()
+	checkLog(t, h.s, want)
 }
 
 func testCompact(t *testing.T, h *harness) {
@@ -324,20 +395,102 @@ func testCompact(t *testing.T, h *harness) {
 	wantIs(t, "Compact(3) without a snapshot", h.s.Compact(3), storage.ErrCompactBeyondSnapshot)
 	checkLog(t, h.s, logState{first: 1, ents: entries(1, 10, 1)})
 
-	if err := h.s.SaveSnapshot(snapshot(5, 1, []uint64{1}, "state at 5")); err != nil {
+	if err := h.s.SaveSnapshot(snapshot(6, 1, []uint64{1}, "state at 6")); err != nil {
+		t.Fatalf("SaveSnapshot: %v", err)
+	}
+	for _, i := range []uint64{7, 10, 11} {
+		wantIs(t, "Compact past the snapshot", h.s.Compact(i), storage.ErrCompactBeyondSnapshot)
+	}
+	checkLog(t, h.s, logState{first: 1, ents: entries(1, 10, 1)})
+
+	h.compact(2)
+	want := logState{first: 3, prevTerm: 1, ents: entries(3, 10, 1)}
+	checkLog(t, h.s, want)
+	for round := range 2 {
+		if round == 1 {
+			h.reopen()
+		}
+		for _, i := range []uint64{0, 1, 2} {
+			wantIs(t, "Compact of an index already compacted", h.s.Compact(i), raft.ErrCompacted)
+		}
+		wantIs(t, "Compact past the snapshot", h.s.Compact(7), storage.ErrCompactBeyondSnapshot)
+		checkLog(t, h.s, want)
+	}
+
+	// Compacting in steps up to the snapshot.
+	h.compact(4)
+	h.compact(6)
+	want = logState{first: 7, prevTerm: 1, ents: entries(7, 10, 1)}
+	checkLog(t, h.s, want)
+	wantIs(t, "Compact(6) again", h.s.Compact(6), raft.ErrCompacted)
+	h.reopen()
+	checkLog(t, h.s, want)
+	checkSnapshot(t, h.s, snapshot(6, 1, []uint64{1}, "state at 6"))
+
+	// The log keeps growing and overwriting after compaction.
+	h.save(nil, entries(9, 12, 2))
+	want.ents = append(entries(7, 8, 1), entries(9, 12, 2)...)
+	checkLog(t, h.s, want)
+	h.reopen()
+	checkLog(t, h.s, want)
+}
+
+// testCompactAll compacts many times over a long log, each time behind a new
+// snapshot, as a replica does, and reopens in between.
+func testCompactAll(t *testing.T, h *harness) {
+	const tail = 30
+	var last uint64
+	for round := uint64(1); round <= 8; round++ {
+		h.save(hardState(round, 1, last), entries(last+1, last+100, round))
+		last += 100
+		snapIndex := last - 10
+		if err := h.s.SaveSnapshot(snapshot(snapIndex, round, []uint64{1, 2, 3}, fmt.Sprintf("state at %d", snapIndex))); err != nil {
+			t.Fatalf("SaveSnapshot(%d): %v", snapIndex, err)
+		}
+		h.compact(snapIndex - tail)
+		if round%3 == 0 {
+			h.reopen()
+		}
+		first, err := h.s.FirstIndex()
+		if err != nil || first != snapIndex-tail+1 {
+			t.Fatalf("FirstIndex() = %d, %v; want %d", first, err, snapIndex-tail+1)
+		}
+		got, err := h.s.Entries(first, last+1, noLimit)
+		if err != nil {
+			t.Fatalf("Entries(%d, %d): %v", first, last+1, err)
+		}
+		var want []*raftpb.Entry
+		for i := first; i <= last; i++ {
+			want = append(want, entry(i, 1+(i-1)/100))
+		}
+		checkEntries(t, "Entries of the retained log", got, want)
+	}
+}
+
+// testLargeSnapshot saves a snapshot of several MiB and reads it back.
+func testLargeSnapshot(t *testing.T, h *harness) {
+	h.save(hardState(1, 1, 10), entries(1, 10, 1))
+	data := make([]byte, 6<<20)
+	for k := range data {
+		data[k] = byte(k * 7 / 5)
+	}
+	snap := snapshot(8, 1, []uint64{1, 2, 3}, "")
+	snap.Data = data
+	if err := h.s.SaveSnapshot(snap); err != nil {
 		t.Fatalf("SaveSnapshot: %v", err)
 	}
 	for round := range 2 {
 		if round == 1 {
 			h.reopen()
 		}
-		for _, i := range []uint64{2, 5} {
-			wantIs(t, "Compact of an index the snapshot covers", h.s.Compact(i), raft.ErrCompacted)
+		got, err := h.s.Snapshot()
+		if err != nil {
+			t.Fatalf("Snapshot: %v", err)
 		}
-		for _, i := range []uint64{6, 10, 11} {
-			wantIs(t, "Compact past the snapshot", h.s.Compact(i), storage.ErrCompactBeyondSnapshot)
+		if !bytes.Equal(got.GetData(), data) || got.GetMetadata().GetIndex() != 8 {
+			t.Fatalf("Snapshot() = index %d, %d bytes; want index 8, the %d bytes saved",
+				got.GetMetadata().GetIndex(), len(got.GetData()), len(data))
 		}
-		checkLog(t, h.s, logState{first: 6, prevTerm: 1, ents: entries(6, 10, 1)})
 	}
 }
 
@@ -433,7 +586,14 @@ func testManyEntries(t *testing.T, h *harness) {
 	if err := h.s.SaveSnapshot(snapshot(105, 50, []uint64{1}, "state at 105")); err != nil {
 		t.Fatalf("SaveSnapshot: %v", err)
 	}
+	checkLog(t, h.s, want)
+	h.compact(50)
+	want = logState{first: 51, prevTerm: 1, ents: want.ents[50:]}
+	checkLog(t, h.s, want)
+	h.compact(105)
 	want = logState{first: 106, prevTerm: 50, ents: entries(106, 110, 50)}
+	checkLog(t, h.s, want)
+	h.reopen()
 	checkLog(t, h.s, want)
 }
 
@@ -449,8 +609,9 @@ func testReopen(t *testing.T, h *harness) {
 	if err := h.s.SaveSnapshot(snap); err != nil {
 		t.Fatal(err)
 	}
+	h.compact(6)
 	h.save(hardState(2, 3, 15), entries(18, 25, 2))
-	want := logState{first: 11, prevTerm: 1, ents: append(entries(11, 17, 1), entries(18, 25, 2)...)}
+	want := logState{first: 7, prevTerm: 1, ents: append(entries(7, 17, 1), entries(18, 25, 2)...)}
 
 	for range 3 {
 		h.reopen()

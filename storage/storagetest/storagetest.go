@@ -24,10 +24,18 @@
 // raft.ErrUnavailable from Entries and Term on the ranges raft itself asks
 // for must be returned unwrapped, because raft compares them with ==.
 //
-// SaveSnapshot semantics the suite pins down: a snapshot whose index and term
-// match an entry in the log (taken locally) keeps the entries after it; any
-// other snapshot (received from a leader) replaces the whole log, leaving
-// FirstIndex = index+1 and LastIndex = index.
+// SaveSnapshot and Compact semantics the suite pins down: a snapshot whose
+// index and term match an entry in the log (taken locally) keeps the whole
+// log, entries behind it included, until Compact discards them; any other
+// snapshot (received from a leader) replaces the whole log, leaving
+// FirstIndex = index+1 and LastIndex = index, and raises the hard state's
+// commit index to index. Compact discards entries up to an index at or below
+// the latest snapshot. Save skips entries at or below the latest snapshot's
+// index. Reads run concurrently with writes (run the suite with -race).
+//
+// Crash behaviour that every backend must show is tested too: a writer in a
+// child process (the test binary, run again) is killed with SIGKILL at random
+// points, and everything a write returned for must be found after reopening.
 package storagetest
 
 import (
@@ -47,7 +55,14 @@ import (
 // in dir, creating it when dir is empty and reopening it otherwise, and fail
 // t (t.Fatal) when it cannot. Every subtest uses its own t.TempDir(); the
 // suite closes every store it opens. Subtests do not run in parallel.
-func Run(t *testing.T, open func(t *testing.T, dir string) storage.LogStore) {
+//
+// Unless SkipCrash is given, open must keep the store in dir on the real
+// file system: the crash case reopens a directory a child process wrote.
+func Run(t *testing.T, open func(t *testing.T, dir string) storage.LogStore, opts ...Option) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, h *harness)
@@ -60,21 +75,46 @@ func Run(t *testing.T, open func(t *testing.T, dir string) storage.LogStore) {
 		{"EntriesMaxSize", testEntriesMaxSize},
 		{"EntriesCallerOwnsSlice", testEntriesCallerOwnsSlice},
 		{"TermAndErrors", testTermAndErrors},
-		{"SnapshotKeepsTail", testSnapshotKeepsTail},
+		{"SnapshotKeepsLog", testSnapshotKeepsLog},
 		{"SnapshotReplacesLog", testSnapshotReplacesLog},
+		{"SnapshotThenSave", testSnapshotThenSave},
 		{"SnapshotOutOfDate", testSnapshotOutOfDate},
+		{"SaveSkipsSnapshotEntries", testSaveSkipsSnapshotEntries},
 		{"Compact", testCompact},
+		{"CompactAll", testCompactAll},
+		{"LargeSnapshot", testLargeSnapshot},
 		{"Identity", testIdentity},
 		{"BadInput", testBadInput},
 		{"ManyEntries", testManyEntries},
 		{"Reopen", testReopen},
+		{"ConcurrentReads", testConcurrentReads},
 		{"MatchesMemoryStorage", testMatchesMemoryStorage},
+		{"KillDuringWrites", testKillDuringWrites},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if cfg.skipCrash && c.name == "KillDuringWrites" {
+				t.Skip("storagetest.SkipCrash")
+			}
 			c.fn(t, newHarness(t, open))
 		})
 	}
+}
+
+// Option changes how Run runs the suite.
+type Option func(*config)
+
+type config struct {
+	skipCrash bool
+}
+
+// SkipCrash tells Run to skip the crash case, in which a child process (the
+// test binary, run again) writes a directory that open then reopens in this
+// process. Use it when open keeps stores where another process cannot find
+// them (an in-memory file system), or for variants of a backend (small
+// caches, small segments) whose crash behaviour the main run already tests.
+func SkipCrash() Option {
+	return func(c *config) { c.skipCrash = true }
 }
 
 // noLimit is the maxSize that never cuts Entries short.
@@ -120,6 +160,14 @@ func (h *harness) save(hs *raftpb.HardState, ents []*raftpb.Entry) {
 	h.t.Helper()
 	if err := h.s.Save(hs, ents); err != nil {
 		h.t.Fatalf("Save(%v, %s): %v", hs, describe(ents), err)
+	}
+}
+
+// compact calls Compact and fails the test on error.
+func (h *harness) compact(index uint64) {
+	h.t.Helper()
+	if err := h.s.Compact(index); err != nil {
+		h.t.Fatalf("Compact(%d): %v", index, err)
 	}
 }
 

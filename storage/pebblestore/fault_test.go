@@ -1,0 +1,435 @@
+package pebblestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/quorumlock/quorumlock/storage"
+)
+
+// The fault tests damage the files of a store on an in-memory file system and
+// check what Open makes of it. A store written in one session keeps all its
+// records in Pebble's WAL (Close does not flush the memtable), so the WAL is
+// the raft log on disk.
+
+// saveEach saves entries lo..hi one Save each, every one with a hard state
+// committing it. Each entry carries 80 bytes of padding so that its data is
+// easy to find in a file.
+func saveEach(t *testing.T, s *Store, lo, hi uint64) {
+	t.Helper()
+	for i := lo; i <= hi; i++ {
+		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{paddedEntry(i)}); err != nil {
+			t.Fatalf("Save(%d): %v", i, err)
+		}
+	}
+}
+
+func paddedEntry(i uint64) *raftpb.Entry {
+	return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, strings.Repeat("x", 80)))
+}
+
+// checkIntact checks that the log is exactly entries 1..last as saveEach
+// wrote them and that the hard state commits last.
+func checkIntact(t *testing.T, s *Store, last uint64) {
+	t.Helper()
+	if got, err := s.LastIndex(); err != nil || got != last {
+		t.Fatalf("LastIndex() = %d, %v; want %d", got, err, last)
+	}
+	ents, err := s.Entries(1, last+1, noLimitSize)
+	if err != nil {
+		t.Fatalf("Entries(1, %d): %v", last+1, err)
+	}
+	for k, e := range ents {
+		if want := paddedEntry(uint64(k) + 1); !bytes.Equal(e.GetData(), want.GetData()) || e.GetIndex() != want.GetIndex() {
+			t.Fatalf("entry %d = %v, want %v", k+1, e, want)
+		}
+	}
+	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() != last {
+		t.Fatalf("hard state = %v, %v; want commit %d", hs, err, last)
+	}
+}
+
+// newestFile returns the name of the newest file in dir with the suffix.
+func newestFile(t *testing.T, fs vfs.FS, dir, suffix string) string {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var matching []string
+	for _, n := range names {
+		if strings.HasSuffix(n, suffix) {
+			matching = append(matching, n)
+		}
+	}
+	if len(matching) == 0 {
+		t.Fatalf("no %s file in %s: %v", suffix, dir, names)
+	}
+	slices.Sort(matching)
+	return matching[len(matching)-1]
+}
+
+// fileData returns the contents of a MemFS file, which the test may modify
+// in place.
+func fileData(t *testing.T, fs *vfs.MemFS, path string) []byte {
+	t.Helper()
+	b, err := fs.UnsafeGetFileDataBuffer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// truncateFile cuts the last n bytes off a MemFS file.
+func truncateFile(t *testing.T, fs *vfs.MemFS, path string, n int) {
+	t.Helper()
+	data := bytes.Clone(fileData(t, fs, path))
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data[:len(data)-n]); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTornWALTail damages the last record of the newest WAL the way a crash
+// in the middle of its write does: Open must succeed, drop only that record
+// (its Save never returned), keep everything before it intact, and accept
+// writes again.
+func TestTornWALTail(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		reopen bool // write the records in a second session (Pebble's newer WAL chunk format)
+		tear   func(t *testing.T, fs *vfs.MemFS, path string)
+	}{
+		{"truncated", false, func(t *testing.T, fs *vfs.MemFS, path string) { truncateFile(t, fs, path, 30) }},
+		{"zeroed", false, func(t *testing.T, fs *vfs.MemFS, path string) {
+			b := fileData(t, fs, path)
+			clear(b[len(b)-40:])
+		}},
+		{"truncated/sync chunks", true, func(t *testing.T, fs *vfs.MemFS, path string) { truncateFile(t, fs, path, 30) }},
+		{"zeroed/sync chunks", true, func(t *testing.T, fs *vfs.MemFS, path string) {
+			b := fileData(t, fs, path)
+			clear(b[len(b)-40:])
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			if c.reopen {
+				_ = s.Close()
+				s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			}
+			saveEach(t, s, 1, 20)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			wal := "db/" + newestFile(t, fs, "db", ".log")
+			c.tear(t, fs, wal)
+
+			s, err := Open("db", Options{FS: fs})
+			if err != nil {
+				t.Fatalf("Open after a torn final record: %v", err)
+			}
+			checkIntact(t, s, 19)
+			saveEach(t, s, 20, 25)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			defer func() { _ = s.Close() }()
+			checkIntact(t, s, 25)
+		})
+	}
+}
+
+// TestCorruptWALRecord flips a byte inside an earlier record of the WAL:
+// Open must fail with storage.ErrCorrupt naming the WAL file, instead of
+// taking the damage for a torn tail and dropping every acknowledged record
+// after it (which Pebble alone does within the WAL's last 32 KiB block).
+func TestCorruptWALRecord(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		reopen  bool
+		entries uint64
+		victim  uint64
+	}{
+		{"first WAL, last block", false, 20, 5},
+		{"sync chunks, last block", true, 20, 5},
+		{"sync chunks, earlier block", true, 600, 5},
+		{"sync chunks, last block of many", true, 600, 590},
+		{"second to last record", true, 20, 19},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			if c.reopen {
+				_ = s.Close()
+				s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			}
+			saveEach(t, s, 1, c.entries)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			name := newestFile(t, fs, "db", ".log")
+			b := fileData(t, fs, "db/"+name)
+			at := bytes.Index(b, fmt.Appendf(nil, "entry %d|", c.victim))
+			if at < 0 {
+				t.Fatalf("entry %d not found in %s", c.victim, name)
+			}
+			b[at+20] ^= 0x04
+
+			s, err := Open("db", Options{FS: fs})
+			if err == nil {
+				last, _ := s.LastIndex()
+				_ = s.Close()
+				t.Fatalf("Open succeeded with LastIndex %d; entries %d..%d were acknowledged", last, c.victim, c.entries)
+			}
+			if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), name) {
+				t.Fatalf("err = %v, want storage.ErrCorrupt naming %s", err, name)
+			}
+		})
+	}
+}
+
+// TestCorruptTable flips a byte in a flushed sstable, in the block of log
+// entries and in the block of the snapshot: Open reads every record, so it
+// fails with storage.ErrCorrupt naming the sstable. Entry and snapshot data
+// are random, so that Pebble's block compression leaves them verbatim and the
+// test can find them in the file.
+func TestCorruptTable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for k := range b {
+			b[k] = byte(rng.Uint32())
+		}
+		return b
+	}
+	var ents []*raftpb.Entry
+	for i := uint64(1); i <= 200; i++ {
+		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(1)), Data: random(100)})
+	}
+	snapData := random(64 << 10)
+	for _, c := range []struct {
+		name   string
+		needle []byte
+	}{
+		{"log entry", ents[149].GetData()[40:56]},
+		{"snapshot data", snapData[30000:30016]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(200))}, ents); err != nil {
+				t.Fatal(err)
+			}
+			snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(150)), Term: new(uint64(1))}, Data: snapData}
+			if err := s.SaveSnapshot(snap); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			name := newestFile(t, fs, "db", ".sst")
+			b := fileData(t, fs, "db/"+name)
+			at := bytes.Index(b, c.needle)
+			if at < 0 {
+				t.Fatalf("%s data not found in %s", c.name, name)
+			}
+			b[at+3] ^= 0x01
+
+			s, err := Open("db", Options{FS: fs})
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("Open succeeded")
+			}
+			num := strings.TrimSuffix(name, ".sst")
+			if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), num) {
+				t.Fatalf("err = %v, want storage.ErrCorrupt naming table %s", err, num)
+			}
+			t.Logf("Open: %v", err)
+		})
+	}
+}
+
+// TestSyncFailureLosesNothing fails the fsync of a Save on a file system that
+// can crash: the Save reports the failure, the store refuses writes, and
+// after a crash the store holds exactly what was acknowledged before.
+func TestSyncFailureLosesNothing(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fs, toggle := wrapFailingSync(mem)
+	s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+	saveEach(t, s, 1, 10)
+
+	toggle.On()
+	err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(11))}, []*raftpb.Entry{paddedEntry(11)})
+	if !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Save with a failing fsync: err = %v, want errorfs.ErrInjected", err)
+	}
+	toggle.Off()
+	if err := s.Save(nil, []*raftpb.Entry{paddedEntry(11)}); !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Save after the failure: err = %v, want the sticky errorfs.ErrInjected", err)
+	}
+	checkIntact(t, s, 10)
+
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	_ = s.Close()
+	s = openT(t, "db", Options{FS: crashed}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	checkIntact(t, s, 10)
+}
+
+func wrapFailingSync(fs vfs.FS) (vfs.FS, *errorfs.Toggle) {
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})}
+	return errorfs.Wrap(fs, toggle), toggle
+}
+
+// TestPowerLoss simulates power failures while a writer saves, takes
+// snapshots and compacts: at random moments the file system is cloned with a
+// random part of its unsynced data (torn writes included). The clone must
+// open, and hold every write that had returned before the clone was taken.
+func TestPowerLoss(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 8 {
+		mem := vfs.NewCrashableMem()
+		s := openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+		var saved, snapped, compacted atomic.Uint64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		errc := make(chan error, 1)
+		go func() {
+			defer wg.Done()
+			errc <- powerLossWriter(s, stop, &saved, &snapped, &compacted)
+		}()
+		for crash := range 3 {
+			for saved.Load() < uint64(20*(crash+1)) {
+				select {
+				case err := <-errc:
+					t.Fatalf("writer: %v", err)
+				default:
+				}
+			}
+			ackSaved, ackSnap, ackCompact := saved.Load(), snapped.Load(), compacted.Load()
+			clone := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng})
+			c, err := Open("db", Options{FS: clone})
+			if err != nil {
+				t.Fatalf("round %d crash %d: Open: %v", round, crash, err)
+			}
+			checkPowerLoss(t, c, ackSaved, ackSnap, ackCompact)
+			_ = c.Close()
+		}
+		close(stop)
+		wg.Wait()
+		if err := <-errc; err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+		_ = s.Close()
+	}
+}
+
+func powerLossWriter(s *Store, stop <-chan struct{}, saved, snapped, compacted *atomic.Uint64) error {
+	for i := uint64(1); ; i++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{paddedEntry(i)}); err != nil {
+			return err
+		}
+		saved.Store(i)
+		if i%9 != 0 {
+			continue
+		}
+		snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(i), Term: new(uint64(1))},
+			Data: fmt.Appendf(nil, "state at %d", i)}
+		if err := s.SaveSnapshot(snap); err != nil {
+			return err
+		}
+		snapped.Store(i)
+		if err := s.Compact(i - 4); err != nil {
+			return err
+		}
+		compacted.Store(i - 4)
+	}
+}
+
+func checkPowerLoss(t *testing.T, s *Store, saved, snapped, compacted uint64) {
+	t.Helper()
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	hs, _, _ := s.InitialState()
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := snap.GetMetadata().GetIndex()
+	if last < saved || hs.GetCommit() < saved || hs.GetCommit() > last || first-1 < compacted || si < snapped || si < first-1 || si > last {
+		t.Fatalf("after power loss: log [%d, %d], commit %d, snapshot %d; acknowledged: saved %d, snapshot %d, compacted %d",
+			first, last, hs.GetCommit(), si, saved, snapped, compacted)
+	}
+	if si > 0 && string(snap.GetData()) != fmt.Sprintf("state at %d", si) {
+		t.Fatalf("snapshot at %d holds %q", si, snap.GetData())
+	}
+	ents, err := s.Entries(first, last+1, noLimitSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, e := range ents {
+		if want := paddedEntry(first + uint64(k)); !bytes.Equal(e.GetData(), want.GetData()) {
+			t.Fatalf("entry %d = %q, want %q", first+uint64(k), e.GetData(), want.GetData())
+		}
+	}
+}
+
+// TestIdentityOfAnotherMember opens the data directory of one member as
+// another: SetIdentity reports the mismatch, naming both, and changes
+// nothing.
+func TestIdentityOfAnotherMember(t *testing.T) {
+	fs := vfs.NewMem()
+	s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+	mine := storage.Identity{ClusterID: 0xabc, MemberID: 1}
+	if err := s.SetIdentity(mine); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	for _, other := range []storage.Identity{{ClusterID: 0xabc, MemberID: 2}, {ClusterID: 0xdef, MemberID: 1}} {
+		err := s.SetIdentity(other)
+		if !errors.Is(err, storage.ErrIdentityMismatch) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("cluster %x member %x", mine.ClusterID, mine.MemberID)) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("cluster %x member %x", other.ClusterID, other.MemberID)) {
+			t.Fatalf("SetIdentity(%v): err = %v, want ErrIdentityMismatch naming both identities", other, err)
+		}
+	}
+	if got, ok, err := s.Identity(); got != mine || !ok || err != nil {
+		t.Fatalf("Identity() = %v, %v, %v; want %v", got, ok, err, mine)
+	}
+}

@@ -1,0 +1,167 @@
+package pebblestore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/quorumlock/quorumlock/storage"
+)
+
+// Pebble replays its write-ahead log on open and stops at the first chunk of
+// the newest WAL file that fails its checks, taking it for the torn tail of a
+// write that never completed. It confirms corruption only through a
+// sync-offset field that its newest chunk format carries, and only from the
+// next 32 KiB block on: a damaged record in the final block (or in a WAL
+// written in the older chunk format, as the first WAL of a new database is)
+// silently drops every later record, acknowledged ones included.
+//
+// A Store commits one synced batch at a time, so at most one WAL record, the
+// last one, can be incomplete after a crash. checkWALTail uses that: a valid
+// record that starts after the first bad chunk proves the bad chunk was
+// synced, so it is corruption and Open must fail instead of dropping the
+// records behind it.
+//
+// The chunk layout below is Pebble's record format (record/record.go); only
+// chunks that carry the log number are considered, so an unknown or older
+// format can never produce a false alarm, only a missed one.
+const (
+	walBlockSize        = 32 << 10
+	walLegacyHeaderSize = 7
+	walRecyclableHeader = walLegacyHeaderSize + 4 // + log number
+	walSyncHeader       = walRecyclableHeader + 8 // + synced offset
+)
+
+// walChunk is the header layout of a chunk encoding: whether it begins a
+// record and its header size; size 0 marks an encoding this check ignores
+// (invalid, or the legacy format without a log number).
+type walChunk struct {
+	first      bool
+	headerSize int
+}
+
+var walChunks = [256]walChunk{
+	5:  {first: true, headerSize: walRecyclableHeader},  // recyclable, full
+	6:  {first: true, headerSize: walRecyclableHeader},  // recyclable, first
+	7:  {first: false, headerSize: walRecyclableHeader}, // recyclable, middle
+	8:  {first: false, headerSize: walRecyclableHeader}, // recyclable, last
+	9:  {first: true, headerSize: walSyncHeader},        // WAL sync, full
+	10: {first: true, headerSize: walSyncHeader},        // WAL sync, first
+	11: {first: false, headerSize: walSyncHeader},       // WAL sync, middle
+	12: {first: false, headerSize: walSyncHeader},       // WAL sync, last
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// walChecksum is Pebble's masked CRC-32C of a chunk.
+func walChecksum(b []byte) uint32 {
+	c := crc32.Update(0, castagnoli, b)
+	return (c>>15 | c<<17) + 0xa282ead8
+}
+
+// validChunkAt reports whether a chunk of log logNum with a correct checksum
+// starts at offset p of data, and whether it begins a record.
+func validChunkAt(data []byte, p int, logNum uint32) (ok, first bool) {
+	if p+walLegacyHeaderSize > len(data) {
+		return false, false
+	}
+	kind := walChunks[data[p+6]]
+	if kind.headerSize == 0 {
+		return false, false
+	}
+	blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
+	start := p + kind.headerSize
+	if start > blockEnd || binary.LittleEndian.Uint32(data[p+7:p+11]) != logNum {
+		return false, false
+	}
+	end := start + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
+	if end > blockEnd || binary.LittleEndian.Uint32(data[p:p+4]) != walChecksum(data[p+6:end]) {
+		return false, false
+	}
+	return true, kind.first
+}
+
+// firstBadChunk parses the chunks of data in order, as Pebble's reader does,
+// and returns the offset of the first one that fails its checks, or -1 when
+// every chunk is valid up to the end of data.
+func firstBadChunk(data []byte, logNum uint32) int {
+	p := 0
+	for p < len(data) {
+		blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
+		if blockEnd-p < walSyncHeader && allZero(data[p:blockEnd]) {
+			// The writer pads a block whose rest cannot hold a header.
+			p = blockEnd
+			continue
+		}
+		ok, _ := validChunkAt(data, p, logNum)
+		if !ok {
+			return p
+		}
+		kind := walChunks[data[p+6]]
+		p += kind.headerSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
+	}
+	return -1
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// checkWALTail reads the newest WAL file in dir and returns an error wrapping
+// storage.ErrCorrupt, naming the file and offset, when a record that Pebble
+// would drop as a torn tail is followed by a valid record of the same log.
+func checkWALTail(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("pebblestore: list %s: %w", dir, err)
+	}
+	var newest uint64
+	var name string
+	for _, n := range names {
+		num, ok := strings.CutSuffix(n, ".log")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseUint(num, 10, 32)
+		if err != nil || (name != "" && v <= newest) {
+			continue
+		}
+		newest, name = v, n
+	}
+	if name == "" {
+		return nil
+	}
+	path := fs.PathJoin(dir, name)
+	f, err := fs.Open(path)
+	if err != nil {
+		return fmt.Errorf("pebblestore: open %s: %w", path, err)
+	}
+	data, err := io.ReadAll(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pebblestore: read %s: %w", path, err)
+	}
+	bad := firstBadChunk(data, uint32(newest))
+	if bad < 0 {
+		return nil
+	}
+	for p := bad + 1; p+walLegacyHeaderSize <= len(data); p++ {
+		if ok, first := validChunkAt(data, p, uint32(newest)); ok && first {
+			return fmt.Errorf("pebblestore: %s: damaged WAL record at offset %d is followed by a valid record at offset %d, so it was synced: %w",
+				path, bad, p, storage.ErrCorrupt)
+		}
+	}
+	return nil
+}
