@@ -276,7 +276,7 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		backoff = min(backoff*2, maxBackoff)
+		backoff = min(backoff*2, backoffCap(c.opts.settle))
 	}
 }
 
@@ -312,7 +312,7 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 			case <-time.After(backoff):
 			case <-ctx.Done():
 			}
-			backoff = min(backoff*2, maxBackoff)
+			backoff = min(backoff*2, backoffCap(c.opts.settle))
 		}
 	}()
 	go func() {
@@ -504,7 +504,7 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(c
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		backoff = min(backoff*2, maxBackoff)
+		backoff = min(backoff*2, backoffCap(c.opts.settle))
 	}
 }
 

@@ -45,11 +45,17 @@ func newRouter(n *Node) *router {
 	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), ka: make(map[uint64]*kaStream)}
 }
 
-// retry backoff between attempts that found no leader.
+// retry backoff between attempts that found no leader: from minBackoff,
+// doubling, up to a tenth of the election timeout (at most maxBackoff), so
+// a new leader is found well within two election timeouts.
 const (
 	minBackoff = 5 * time.Millisecond
 	maxBackoff = 200 * time.Millisecond
 )
+
+func backoffCap(electionTimeout time.Duration) time.Duration {
+	return max(minBackoff, min(maxBackoff, electionTimeout/10))
+}
 
 func (r *router) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	backoff := minBackoff
@@ -85,7 +91,7 @@ func (r *router) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Resp
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		backoff = min(backoff*2, maxBackoff)
+		backoff = min(backoff*2, backoffCap(r.n.cfg.electionTimeout()))
 	}
 }
 
