@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The election timing both systems run with, so that failover compares
+// like with like: raft ticks of 100 ms, an election timeout of 10 ticks.
+const (
+	tickInterval  = 100 * time.Millisecond
+	electionTicks = 10
+	election      = electionTicks * tickInterval
+	// defaultTTL is the session TTL (quorumlock's default; etcd's lease TTL
+	// in the scenarios that use the Mutex path).
+	defaultTTL = 10 * time.Second
+)
+
+// system is one implementation under test: quorumlock ("ours") or etcd.
+// The generic scenarios (throughput, latency, hand-off, failover) drive a
+// cluster through the same code; the heavy ones (heartbeats, memory,
+// expiry) need each system's own bulk path and are methods here.
+type system interface {
+	Name() string
+	// Start runs a cluster of n members on loopback, with data under dir,
+	// and waits until it has a leader.
+	Start(ctx context.Context, n int, dir string) (cluster, error)
+	Heartbeats(ctx context.Context, p *params) (measure, error)
+	Memory(ctx context.Context, p *params) (measure, error)
+	ExpiryStorm(ctx context.Context, p *params) (measure, error)
+}
+
+// cluster is a running cluster of one system.
+type cluster interface {
+	Members() int
+	// Leader waits until every running member names the same running
+	// leader and returns its index.
+	Leader(ctx context.Context) (int, error)
+	// NewLocker opens a session (a lease) through member i.
+	NewLocker(ctx context.Context, member int) (locker, error)
+	// AttemptTimeout is how long one lock attempt may take during a
+	// failover before the client gives up and retries (0: the system's
+	// client retries across leader changes by itself).
+	AttemptTimeout() time.Duration
+	// Stop stops member i; Restart starts it again on the same data.
+	Stop(member int) error
+	Restart(ctx context.Context, member int) error
+	Close() error
+}
+
+// locker is a client with its own session.
+type locker interface {
+	// Lock blocks until name is held and returns the function releasing it.
+	Lock(ctx context.Context, name string) (unlock func(context.Context) error, err error)
+	Close(ctx context.Context) error
+}
+
+// measure is one system's result for a scenario.
+type measure struct {
+	value float64
+	extra map[string]any
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// parallel runs f(i) for i in [0, n) on workers goroutines. It stops
+// handing out work at the first error or when ctx ends, and returns the
+// first error.
+func parallel(ctx context.Context, n, workers int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(ctx, i); err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("item %d: %w", i, err) })
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// progress reports a phase's progress on stderr at most every 5 s.
+type progress struct {
+	what  string
+	total int
+	start time.Time
+	done  atomic.Int64
+	last  atomic.Int64 // unix nanos of the last report
+}
+
+func newProgress(what string, total int) *progress {
+	p := &progress{what: what, total: total, start: time.Now()}
+	p.last.Store(p.start.UnixNano())
+	return p
+}
+
+func (p *progress) add(n int) {
+	d := p.done.Add(int64(n))
+	now := time.Now().UnixNano()
+	if last := p.last.Load(); now-last > int64(5*time.Second) && p.last.CompareAndSwap(last, now) {
+		logf("  %s: %d/%d (%.0f/s)", p.what, d, p.total, float64(d)/time.Since(p.start).Seconds())
+	}
+}
+
+func (p *progress) finish() time.Duration {
+	el := time.Since(p.start)
+	logf("  %s: %d in %v (%.0f/s)", p.what, p.done.Load(), el.Round(time.Millisecond), float64(p.done.Load())/el.Seconds())
+	return el
+}

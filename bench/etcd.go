@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// etcdSystem is the baseline: embedded etcd members with the client/v3
+// concurrency Mutex and leases, fsync on (the default).
+type etcdSystem struct{}
+
+func (etcdSystem) Name() string { return "etcd" }
+
+func (etcdSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
+	return startEtcd(ctx, n, dir)
+}
+
+// etcdCluster is n embedded etcd members in this process, on loopback.
+type etcdCluster struct {
+	dir        string
+	token      string
+	peerURLs   []url.URL
+	clientURLs []url.URL
+	members    []*embed.Etcd      // nil while stopped
+	clients    []*clientv3.Client // one per member, pinned to its endpoint
+	ctx        context.Context    // ends with the cluster: keeps sessions' keepalives
+	cancel     context.CancelFunc
+	// keepAlives counts successful lease keepalive responses received by
+	// every client of this cluster (a gRPC stream interceptor).
+	keepAlives atomic.Int64
+	// lastKeepAlive is when the last of them arrived (unix nanoseconds).
+	lastKeepAlive atomic.Int64
+}
+
+func startEtcd(ctx context.Context, n int, dir string) (*etcdCluster, error) {
+	c := &etcdCluster{
+		dir:     dir,
+		token:   fmt.Sprintf("bench-%d", time.Now().UnixNano()),
+		members: make([]*embed.Etcd, n),
+		clients: make([]*clientv3.Client, n),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for range n {
+		pp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		cp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		c.peerURLs = append(c.peerURLs, url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)})
+		c.clientURLs = append(c.clientURLs, url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)})
+	}
+	for i := range n {
+		e, err := embed.StartEtcd(c.config(i))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("starting etcd member %d: %w", i, err)
+		}
+		c.members[i] = e
+	}
+	for i, e := range c.members {
+		select {
+		case <-e.Server.ReadyNotify():
+		case err := <-e.Err():
+			c.Close()
+			return nil, fmt.Errorf("etcd member %d: %w", i, err)
+		case <-ctx.Done():
+			c.Close()
+			return nil, fmt.Errorf("etcd member %d not ready: %w", i, ctx.Err())
+		}
+	}
+	for i := range n {
+		cl, err := c.newClient(i)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.clients[i] = cl
+	}
+	if _, err := c.Leader(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *etcdCluster) config(i int) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = fmt.Sprintf("m%d", i)
+	cfg.Dir = filepath.Join(c.dir, cfg.Name)
+	cfg.ListenPeerUrls = []url.URL{c.peerURLs[i]}
+	cfg.AdvertisePeerUrls = []url.URL{c.peerURLs[i]}
+	cfg.ListenClientUrls = []url.URL{c.clientURLs[i]}
+	cfg.AdvertiseClientUrls = []url.URL{c.clientURLs[i]}
+	var ic []string
+	for j, u := range c.peerURLs {
+		ic = append(ic, fmt.Sprintf("m%d=%s", j, u.String()))
+	}
+	cfg.InitialCluster = strings.Join(ic, ",")
+	cfg.InitialClusterToken = c.token
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	cfg.TickMs = uint(tickInterval / time.Millisecond)
+	cfg.ElectionMs = uint(election / time.Millisecond)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.EnableGRPCGateway = false
+	return cfg
+}
+
+// newClient returns a client pinned to member i's endpoint.
+func (c *etcdCluster) newClient(i int) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   []string{c.clientURLs[i].Host},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(c.countKeepAlives)},
+	})
+}
+
+func (c *etcdCluster) countKeepAlives(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+		return cs, err
+	}
+	return &kaCounter{ClientStream: cs, n: &c.keepAlives, last: &c.lastKeepAlive}, nil
+}
+
+type kaCounter struct {
+	grpc.ClientStream
+	n, last *atomic.Int64
+}
+
+func (s *kaCounter) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if r, ok := m.(*pb.LeaseKeepAliveResponse); err == nil && ok && r.TTL > 0 {
+		s.n.Add(1)
+		s.last.Store(time.Now().UnixNano())
+	}
+	return err
+}
+
+func (c *etcdCluster) Members() int { return len(c.members) }
+
+func (c *etcdCluster) Leader(ctx context.Context) (int, error) {
+	for {
+		var lead uint64
+		agree := true
+		for _, e := range c.members {
+			if e == nil {
+				continue
+			}
+			l := uint64(e.Server.Leader())
+			if lead == 0 {
+				lead = l
+			}
+			if l == 0 || l != lead {
+				agree = false
+			}
+		}
+		if agree && lead != 0 {
+			for i, e := range c.members {
+				if e != nil && uint64(e.Server.MemberID()) == lead {
+					return i, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("no agreed etcd leader: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func (c *etcdCluster) NewLocker(ctx context.Context, member int) (locker, error) {
+	if c.clients[member] == nil {
+		return nil, fmt.Errorf("etcd member %d is not running", member)
+	}
+	s, err := newEtcdSession(ctx, c.ctx, c.clients[member], int(defaultTTL/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	return etcdLocker{s}, nil
+}
+
+// newEtcdSession opens a concurrency.Session (a lease kept alive until life
+// ends), giving up when ctx ends.
+func newEtcdSession(ctx, life context.Context, cl *clientv3.Client, ttl int) (*concurrency.Session, error) {
+	type result struct {
+		s   *concurrency.Session
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		s, err := concurrency.NewSession(cl, concurrency.WithTTL(ttl), concurrency.WithContext(life))
+		res <- result{s, err}
+	}()
+	select {
+	case r := <-res:
+		return r.s, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.s != nil {
+				r.s.Orphan()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// AttemptTimeout: an etcd client does not move a request off a dead leader
+// by itself (a proposal forwarded to it waits for the request timeout), so
+// the failover client starts a fresh Lock attempt every 20 ms, each given
+// 1 s.
+func (c *etcdCluster) AttemptTimeout() time.Duration { return time.Second }
+
+func (c *etcdCluster) Stop(i int) error {
+	if c.members[i] == nil {
+		return fmt.Errorf("etcd member %d is not running", i)
+	}
+	if c.clients[i] != nil {
+		c.clients[i].Close()
+		c.clients[i] = nil
+	}
+	// HardStop first, like a crash: a graceful Close would hand leadership
+	// over before stopping, which is not what a failover measures.
+	c.members[i].Server.HardStop()
+	c.members[i].Close()
+	c.members[i] = nil
+	return nil
+}
+
+func (c *etcdCluster) Restart(ctx context.Context, i int) error {
+	if c.members[i] != nil {
+		return fmt.Errorf("etcd member %d is running", i)
+	}
+	e, err := embed.StartEtcd(c.config(i))
+	if err != nil {
+		return err
+	}
+	c.members[i] = e
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cl, err := c.newClient(i)
+	if err != nil {
+		return err
+	}
+	c.clients[i] = cl
+	return nil
+}
+
+func (c *etcdCluster) Close() error {
+	c.cancel()
+	var errs []error
+	for i, cl := range c.clients {
+		if cl != nil {
+			errs = append(errs, cl.Close())
+			c.clients[i] = nil
+		}
+	}
+	for i, e := range c.members {
+		if e != nil {
+			e.Close()
+			c.members[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type etcdLocker struct{ s *concurrency.Session }
+
+func (l etcdLocker) Lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	m := concurrency.NewMutex(l.s, "/bench/"+name)
+	if err := m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return m.Unlock, nil
+}
+
+func (l etcdLocker) Close(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- l.s.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// grantLeases grants n leases of ttl seconds, lease i through clients[i %
+// len(clients)], with 256 concurrent granters. With a non-nil keep, each
+// lease is kept alive from its grant until keep ends (the response channels
+// are not drained: the client drops what does not fit, and the keepalive
+// interceptor has counted it).
+func grantLeases(ctx, keep context.Context, clients []*clientv3.Client, n int, ttl int64) ([]clientv3.LeaseID, error) {
+	out := make([]clientv3.LeaseID, n)
+	pr := newProgress("grant leases", n)
+	err := parallel(ctx, n, 256, func(ctx context.Context, i int) error {
+		cl := clients[i%len(clients)]
+		r, err := cl.Grant(ctx, ttl)
+		if err != nil {
+			return err
+		}
+		out[i] = r.ID
+		if keep != nil {
+			if _, err := cl.KeepAlive(keep, r.ID); err != nil {
+				return fmt.Errorf("keepalive: %w", err)
+			}
+		}
+		pr.add(1)
+		return nil
+	})
+	pr.finish()
+	return out, err
+}
+
+// mutexKey is the key concurrency.Mutex creates for a session's lease on
+// the lock pfx.
+func mutexKey(pfx string, id clientv3.LeaseID) string { return fmt.Sprintf("%s/%x", pfx, int64(id)) }
+
+func (c *etcdCluster) running() []*clientv3.Client {
+	var out []*clientv3.Client
+	for _, cl := range c.clients {
+		if cl != nil {
+			out = append(out, cl)
+		}
+	}
+	return out
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one scenario's results.
+type row struct {
+	sc                 scenario
+	ours, etcd         *measure
+	oursErr, etcdErr   error
+	fsyncP50, fsyncP99 float64 // ms; latency_1 only
+}
+
+func (r *row) set(sys string, m *measure) {
+	if sys == "ours" {
+		r.ours = m
+	} else {
+		r.etcd = m
+	}
+}
+
+func (r *row) setErr(sys string, err error) {
+	if sys == "ours" {
+		r.oursErr = err
+	} else {
+		r.etcdErr = err
+	}
+}
+
+func (r *row) ratio() (float64, bool) {
+	if r.ours == nil || r.etcd == nil || r.etcd.value == 0 {
+		return 0, false
+	}
+	return r.ours.value / r.etcd.value, true
+}
+
+type report struct {
+	params     *params
+	start, end time.Time
+	rows       []*row
+}
+
+func num(m *measure, err error) string {
+	switch {
+	case err != nil:
+		return "ERR"
+	case m == nil:
+		return "-"
+	case m.extra["incomplete"] == true:
+		return ">" + format(m.value)
+	}
+	return format(m.value)
+}
+
+func format(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+func (rep *report) print(w io.Writer) {
+	p := rep.params
+	fmt.Fprintf(w, "\nquorumlock vs etcd v3.7.3 (embedded, client/v3 concurrency Mutex + leases), same process, loopback, fsync on\n")
+	fmt.Fprintf(w, "machine: %s/%s, %d CPUs (GOMAXPROCS %d), %s; run %s, took %v\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
+		rep.start.Format(time.RFC3339), rep.end.Sub(rep.start).Round(time.Second))
+	fmt.Fprintf(w, "both: 3 members (five_replicas: 5), tick 100 ms, election timeout 1 s, session/lease TTL 10 s unless noted; ratio = ours/etcd\n")
+	if p.quick {
+		fmt.Fprintf(w, "QUICK RUN: windows %v; heartbeats %d sessions (TTL %v); memory_1m %d locks over %d sessions; expiry_storm %d sessions (TTL %v); %d failovers\n",
+			p.duration, p.hbSessions, p.hbTTL, p.memLocks, p.memSessions, p.stormSessions, p.stormTTL, p.failoverRepeats)
+	}
+	if p.etcdHBSessions != p.hbSessions || p.etcdStormSessions != p.stormSessions {
+		fmt.Fprintf(w, "ETCD SCALED DOWN: heartbeats %d leases (ours %d), expiry_storm %d leases (ours %d); etcd keepalives and lease grants go through the leader (its best case)\n",
+			p.etcdHBSessions, p.hbSessions, p.etcdStormSessions, p.stormSessions)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tours\tetcd\tratio\tunit\tgoal\tmet?")
+	for _, r := range rep.rows {
+		ratio := "-"
+		if x, ok := r.ratio(); ok {
+			ratio = fmt.Sprintf("%.2fx", x)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.sc.name, num(r.ours, r.oursErr), num(r.etcd, r.etcdErr),
+			ratio, r.sc.unit, r.sc.goal, r.sc.judge(r))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nnotes:")
+	for _, r := range rep.rows {
+		for _, line := range r.notes() {
+			fmt.Fprintf(w, "  %s: %s\n", r.sc.name, line)
+		}
+	}
+}
+
+// notes are the details of a row worth reading next to the table.
+func (r *row) notes() []string {
+	var out []string
+	f := func(m *measure, k string) string {
+		if m == nil {
+			return "-"
+		}
+		switch v := m.extra[k].(type) {
+		case float64:
+			return format(v)
+		case nil:
+			return "-"
+		default:
+			return fmt.Sprint(v)
+		}
+	}
+	both := func(label, k string) {
+		out = append(out, fmt.Sprintf("%s: ours %s, etcd %s", label, f(r.ours, k), f(r.etcd, k)))
+	}
+	switch r.sc.name {
+	case "uncontended_64", "uncontended_256", "five_replicas", "handoff_16":
+		both("acquire p50 ms", "acquire_p50_ms")
+		both("acquire p99 ms", "acquire_p99_ms")
+		both("errors", "errors")
+	case "latency_1":
+		out = append(out, fmt.Sprintf("fsync (write 100 B + fdatasync) p50 %.3f ms, p99 %.3f ms -> goal p50 <= %.3f ms", r.fsyncP50, r.fsyncP99, r.fsyncP50+0.5))
+		both("acquire p99 ms", "acquire_p99_ms")
+		both("release p50 ms", "release_p50_ms")
+		out = append(out, "the single client runs on the leader's member (in process for ours; etcd client pinned to the leader)")
+	case "heartbeats":
+		both("sessions", "sessions")
+		both("offered heartbeats/s", "offered_per_s")
+		both("absorbed heartbeats/s", "absorbed_per_s")
+		both("process CPU us per heartbeat", "cpu_us_per_heartbeat")
+		both("process cores busy", "process_cores_busy")
+		both("idle cluster cores busy (before sessions)", "idle_cluster_cores_busy")
+		both("log entries added in the window", "log_entries_added")
+		both("sessions lost", "sessions_lost")
+		out = append(out, "CPU is the whole process (leader, followers and all clients share it), so per-core = heartbeats / process CPU seconds understates what the leader alone absorbs")
+	case "memory_1m":
+		both("locks", "locks")
+		both("sessions", "sessions")
+		both("split by allocation site: replica bytes per lock x replica", "replica_bytes_per_lock_x_replica")
+		both("split by allocation site: client bytes per lock", "client_bytes_per_lock")
+		both("split by allocation site: bench (names) bytes per lock", "bench_bytes_per_lock")
+		both("split by allocation site: other bytes per lock", "other_bytes_per_lock")
+		both("per session (allocation site): replica bytes per session x replica", "replica_bytes_per_session_x_replica")
+		both("per session (allocation site): client bytes per session", "client_bytes_per_session")
+		both("acquires/s during setup", "acquires_per_s")
+		out = append(out, "live Go heap of the whole process (all replicas and clients) after GC, delta over the locks, divided by locks x 3; ours includes the client-side Lock handles, etcd keys were written in Mutex layout 10 per txn")
+	case "failover":
+		both("max ms", "max_ms")
+		both("all ms", "all_ms")
+		out = append(out, "ours: one Acquire spans the failover (the session re-sends); etcd: a new Lock attempt every 20 ms (each up to 1 s), first success counts; members stopped without leadership transfer (etcd: HardStop)")
+	case "expiry_storm":
+		both("sessions", "sessions")
+		both("last TTL passed after close, s", "last_ttl_passed_after_close_s")
+		both("all free after close, s", "all_free_after_close_s")
+		both("all free after close + TTL, s", "after_close_plus_ttl_s")
+		both("still held at deadline", "still_held_at_deadline")
+		if r.etcd != nil {
+			out = append(out, fmt.Sprint(r.etcd.extra["note"]))
+		}
+	}
+	out = append(out, fmt.Sprintf("machine load (1-min average) before->after: ours %s->%s, etcd %s->%s",
+		f(r.ours, "loadavg_before"), f(r.ours, "loadavg_after"), f(r.etcd, "loadavg_before"), f(r.etcd, "loadavg_after")))
+	if r.oursErr != nil {
+		out = append(out, "ours failed: "+r.oursErr.Error())
+	}
+	if r.etcdErr != nil {
+		out = append(out, "etcd failed: "+r.etcdErr.Error())
+	}
+	if r.ours != nil && r.ours.extra["first_error"] != nil {
+		out = append(out, fmt.Sprint("ours first error: ", r.ours.extra["first_error"]))
+	}
+	if r.etcd != nil && r.etcd.extra["first_error"] != nil {
+		out = append(out, fmt.Sprint("etcd first error: ", r.etcd.extra["first_error"]))
+	}
+	return out
+}
+
+func (rep *report) writeJSON(path string) error {
+	p := rep.params
+	out := map[string]any{
+		"machine": map[string]any{
+			"goos": runtime.GOOS, "goarch": runtime.GOARCH, "cpus": runtime.NumCPU(),
+			"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(), "host": hostname(),
+		},
+		"started":  rep.start.Format(time.RFC3339),
+		"took_s":   rep.end.Sub(rep.start).Seconds(),
+		"quick":    p.quick,
+		"baseline": "etcd v3.7.3 embedded (server/v3/embed), client/v3 concurrency Mutex + leases, fsync on",
+		"config": map[string]any{
+			"tick_ms": ms(tickInterval), "election_timeout_ms": ms(election), "ttl_s": defaultTTL.Seconds(),
+			"window_s": p.duration.Seconds(), "warmup_s": p.warmup.Seconds(),
+			"heartbeats": map[string]any{"sessions": p.hbSessions, "etcd_sessions": p.etcdHBSessions, "ttl_s": p.hbTTL.Seconds(), "window_s": p.hbWindow.Seconds()},
+			"memory_1m":  map[string]any{"sessions": p.memSessions, "locks": p.memLocks},
+			"expiry_storm": map[string]any{"sessions": p.stormSessions, "etcd_sessions": p.etcdStormSessions,
+				"ttl_s": p.stormTTL.Seconds()},
+			"failover_repeats": p.failoverRepeats,
+		},
+	}
+	scs := map[string]any{}
+	for _, r := range rep.rows {
+		e := map[string]any{"unit": r.sc.unit, "goal": r.sc.goal, "met": r.sc.judge(r)}
+		put := func(sys string, m *measure, err error) {
+			switch {
+			case err != nil:
+				e[sys] = nil
+				e[sys+"_error"] = err.Error()
+			case m == nil:
+				e[sys] = nil
+			default:
+				e[sys] = m.value
+				keys := make([]string, 0, len(m.extra))
+				for k := range m.extra {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					e[sys+"_"+k] = m.extra[k]
+				}
+			}
+		}
+		put("ours", r.ours, r.oursErr)
+		put("etcd", r.etcd, r.etcdErr)
+		if x, ok := r.ratio(); ok {
+			e["ratio"] = x
+		} else {
+			e["ratio"] = nil
+		}
+		if r.fsyncP50 > 0 {
+			e["fsync_p50_ms"], e["fsync_p99_ms"] = r.fsyncP50, r.fsyncP99
+		}
+		scs[r.sc.name] = e
+	}
+	out["scenarios"] = scs
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return strings.TrimSpace(h)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// percentile returns the p-th percentile (0..100) of ds, nearest rank; 0
+// for none. ds is sorted in place.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(float64(len(ds))*p/100+0.5) - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cpuTime is the CPU time (user + system) this process has used. Every
+// replica, client and etcd member of the benchmark runs in this process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// liveHeap collects garbage and returns the bytes of live Go heap.
+func liveHeap() uint64 {
+	// Three cycles: the runtime's heap profile (heapParts) lags up to two.
+	runtime.GC()
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// stableHeap returns the live heap once it has settled: goroutines of a
+// cluster closed just before may still be letting go of memory. It reads
+// liveHeap until two readings 300 ms apart differ by less than 256 KiB
+// (at most 10 times).
+func stableHeap() uint64 {
+	h := liveHeap()
+	for range 10 {
+		time.Sleep(300 * time.Millisecond)
+		n := liveHeap()
+		d := int64(n) - int64(h)
+		h = n
+		if d > -256<<10 && d < 256<<10 {
+			break
+		}
+	}
+	return h
+}
+
+// fsyncLatency appends 100 B to a file in dir and fdatasyncs it, n times
+// (or until budget runs out), the way a log appends, and returns the
+// latencies of write+fdatasync.
+func fsyncLatency(dir string, n int, budget time.Duration) ([]time.Duration, error) {
+	f, err := os.CreateTemp(dir, "fsync-probe-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 100)
+	out := make([]time.Duration, 0, n)
+	end := time.Now().Add(budget)
+	for i := 0; i < n && time.Now().Before(end); i++ {
+		t := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return nil, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return nil, fmt.Errorf("fdatasync: %w", err)
+		}
+		out = append(out, time.Since(t))
+	}
+	return out, nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+}
+
+// loadAvg returns the machine's 1-minute load average (-1 if unknown): the
+// machine may be shared, and a busy one makes every number here worse.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
