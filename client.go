@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -425,6 +426,14 @@ func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.C
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		// Redial a replica that failed within a fraction of a second, not
+		// after gRPC's default backoff (1 s, growing to 2 min), during
+		// which every RPC fails at once with the old dial error: a
+		// replica that was cut off may be the next leader.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}),
 	}
 	if dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(dialer))

@@ -137,6 +137,8 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ClusterID: cfg.clusterID(),
 		ID:        cfg.ID,
 		Peers:     cfg.Peers,
+		// A healed link is back within an election timeout.
+		MaxReconnectWait: cfg.electionTimeout(),
 		// The transport may call back before the raft node exists; until
 		// then there is nobody to tell.
 		Handler: func(m *raftpb.Message) {

@@ -88,6 +88,10 @@ func (r *router) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Resp
 		select {
 		case <-time.After(backoff):
 		case <-changed:
+			// A link that failed before may work now: redial at once the
+			// connections gRPC holds in its reconnect backoff (1 s and
+			// growing), during which every RPC fails with the old error.
+			r.resetConnectBackoff()
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -181,6 +185,16 @@ func (r *router) stream(id uint64) (*kaStream, error) {
 		r.ka[id] = s
 	}
 	return s, nil
+}
+
+// resetConnectBackoff makes every connection in gRPC's reconnect backoff
+// dial again now.
+func (r *router) resetConnectBackoff() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cc := range r.conns {
+		cc.ResetConnectBackoff()
+	}
 }
 
 func (r *router) close() {

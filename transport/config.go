@@ -88,6 +88,12 @@ type Config struct {
 	// with TLS credentials). The default is nil: insecure credentials.
 	DialOptions []grpc.DialOption
 
+	// MaxReconnectWait caps the wait between attempts to reconnect to a
+	// peer. Raft messages to a disconnected peer are dropped, so a link
+	// that healed should be back within about an election timeout, or
+	// elections keep failing on lost votes. The default is 2 s.
+	MaxReconnectWait time.Duration
+
 	// Logger receives connection events and rejections. The default is nil:
 	// a no-op logger.
 	Logger *zap.Logger
@@ -123,6 +129,9 @@ func (c Config) withDefaults() Config {
 		peers[id] = addr
 	}
 	c.Peers = peers
+	if c.MaxReconnectWait <= 0 {
+		c.MaxReconnectWait = backoffMax
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}

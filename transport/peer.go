@@ -83,7 +83,7 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 func (p *peer) run() {
 	defer p.t.wg.Done()
 	ctx := p.t.ctx
-	var b backoff
+	b := backoff{max: p.t.cfg.MaxReconnectWait}
 	failures := 0
 	for {
 		connected, err := p.attempt(ctx)
@@ -303,16 +303,23 @@ func (p *peer) fill(m *raftpb.Message) *lockpb.PeerFrame {
 }
 
 // backoff is the reconnect schedule of one peer.
-type backoff struct{ n int }
+type backoff struct {
+	n   int
+	max time.Duration // backoffMax if 0
+}
 
 func (b *backoff) reset() { b.n = 0 }
 
 // next returns the wait before the next attempt: uniform in [d/2, d), with d
-// doubling from backoffBase up to backoffMax.
+// doubling from backoffBase up to b.max.
 func (b *backoff) next() time.Duration {
+	limit := b.max
+	if limit <= 0 {
+		limit = backoffMax
+	}
 	d := backoffBase << b.n
-	if d >= backoffMax {
-		d = backoffMax
+	if d >= limit {
+		d = limit
 	} else {
 		b.n++
 	}
