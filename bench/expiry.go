@@ -75,17 +75,61 @@ func (qlSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 	}
 	t0 := last.Add(p.stormTTL / 10)
 	lead := c.nodes[leader]
-	sleepUntil(ctx, tClose.Add(p.stormTTL/2))
-
 	deadline := t0.Add(p.stormMaxWait)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+
+	// After the close nothing but expiries is logged (no other client is
+	// left), so the moment the leader applies its last entry is the moment
+	// every lock is free on it. Status is local: watching it every
+	// millisecond costs the leader nothing, unlike reads.
 	var (
-		mu       sync.Mutex
-		lastFree time.Time
-		rounds   int
-		reads    int
+		mu        sync.Mutex
+		lastApply time.Time
+		firstApp  time.Time
 	)
+	applied0 := lead.Status().Applied
+	watchDone := make(chan struct{})
+	stopWatch := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		seen := applied0
+		for {
+			if a := lead.Status().Applied; a != seen {
+				now := time.Now()
+				mu.Lock()
+				seen, lastApply = a, now
+				if firstApp.IsZero() {
+					firstApp = now
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-stopWatch:
+				return
+			case <-dctx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	quietSince := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		if lastApply.After(t0) {
+			return lastApply
+		}
+		return t0
+	}
+	// Every TTL has passed and nothing was applied for half a second.
+	for dctx.Err() == nil && (time.Now().Before(t0) || time.Since(quietSince()) < 500*time.Millisecond) {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Check every lock with linearizable reads on the leader; one still held
+	// is read again until it is free (the watcher keeps timing the applies
+	// that free it).
+	rounds, reads := 0, 0
 	remaining := names
 	for len(remaining) > 0 && dctx.Err() == nil {
 		rounds++
@@ -95,20 +139,8 @@ func (qlSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 			defer rcancel()
 			info, err := lead.Holder(rctx, remaining[i])
-			if err != nil {
-				return err
-			}
-			if info.Holder != 0 {
-				held[i] = true
-				return nil
-			}
-			now := time.Now()
-			mu.Lock()
-			if now.After(lastFree) {
-				lastFree = now
-			}
-			mu.Unlock()
-			return nil
+			held[i] = err == nil && info.Holder != 0
+			return err
 		})
 		if err != nil && dctx.Err() == nil {
 			return measure{}, fmt.Errorf("holder read: %w", err)
@@ -120,30 +152,42 @@ func (qlSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 			}
 		}
 		remaining = next
-		if len(remaining) > 0 && len(remaining) < 100 {
-			time.Sleep(5 * time.Millisecond)
+		if len(remaining) > 0 {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	time.Sleep(5 * time.Millisecond)
+	close(stopWatch)
+	<-watchDone
+	mu.Lock()
+	done, first := lastApply, firstApp
+	mu.Unlock()
+	st := lead.Status()
 	m := measure{extra: map[string]any{
 		"sessions":                      len(ss),
 		"ttl_s":                         p.stormTTL.Seconds(),
 		"replica_close_s":               closeDur.Seconds(),
-		"all_free_after_close_s":        lastFree.Sub(tClose).Seconds(),
-		"after_close_plus_ttl_s":        lastFree.Sub(tClose.Add(p.stormTTL)).Seconds(),
 		"last_ttl_passed_after_close_s": t0.Sub(tClose).Seconds(),
+		"entries_applied_after_close":   st.Applied - applied0,
 		"holder_reads":                  reads,
+		"check_rounds":                  rounds,
 		"closed_in_heartbeat_lull":      quiet,
-		"poll_rounds":                   rounds,
 		"measured_from":                 "the latest acknowledged heartbeat's send time + TTL",
+		"measured_to":                   "the leader's last apply after the close (Status().Applied, watched every 1 ms); then every lock is checked free with Holder",
 		"sessions_opened_through":       "one follower, which is then closed",
 	}}
-	if len(remaining) > 0 {
+	if !first.IsZero() {
+		m.extra["first_apply_after_close_s"] = first.Sub(tClose).Seconds()
+	}
+	if len(remaining) > 0 || done.IsZero() {
 		m.extra["still_held_at_deadline"] = len(remaining)
 		m.extra["incomplete"] = true
 		m.value = deadline.Sub(t0).Seconds()
 		return m, nil
 	}
-	m.value = lastFree.Sub(t0).Seconds()
+	m.extra["all_free_after_close_s"] = done.Sub(tClose).Seconds()
+	m.extra["after_close_plus_ttl_s"] = done.Sub(tClose.Add(p.stormTTL)).Seconds()
+	m.value = done.Sub(t0).Seconds()
 	return m, nil
 }
 
@@ -151,7 +195,7 @@ func (qlSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 // client of the leader, keeps them alive, attaches one Mutex key to each,
 // then closes that client: the keepalives stop at once. It reports the time
 // from the moment the last lease's TTL has passed until no key is left (a
-// count-only range read on the leader every 50 ms).
+// count-only range read on the leader every 10 ms).
 func (etcdSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 	dir, err := os.MkdirTemp(p.dir, "etcd-")
 	if err != nil {
@@ -212,7 +256,7 @@ func (etcdSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 			tFree = time.Now()
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	m := measure{extra: map[string]any{
 		"sessions":                      len(ids),
@@ -221,7 +265,7 @@ func (etcdSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 		"measured_from":                 "the last keepalive answer + TTL",
 		"after_close_plus_ttl_s":        0.0,
 		"last_ttl_passed_after_close_s": t0.Sub(tClose).Seconds(),
-		"sessions_opened_through":       "one client pinned to a follower, which is then closed",
+		"sessions_opened_through":       "one client pinned to the leader, which is then closed",
 		"note":                          "etcd's lessor revokes at most 1,000 expired leases per second (a constant in lease/lessor.go)",
 	}}
 	if left != 0 {
@@ -236,34 +280,28 @@ func (etcdSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 	return m, nil
 }
 
-// waitHeartbeatLull waits until every session has had a heartbeat
-// acknowledged since the call and then no acknowledgement has come for
-// 300 ms, a gap between heartbeat waves. It gives up after a TTL and
-// reports whether it found one.
+// waitHeartbeatLull waits for a moment when no heartbeat is in flight and
+// none is due for 300 ms, and reports whether it found one within 2 TTLs.
+// A session sends its next heartbeat TTL/3 after the send time of its last
+// acknowledged one, and its Deadline is that send time + TTL - TTL/10, so
+// the next send is Deadline - TTL + TTL/10 + TTL/3; a session whose
+// heartbeat is in flight still shows the old Deadline, so its next send
+// looks overdue.
 func waitHeartbeatLull(ctx context.Context, ss []*quorumlock.Session, ttl time.Duration) bool {
 	const lull = 300 * time.Millisecond
-	ref := make([]time.Time, len(ss))
-	for i, s := range ss {
-		ref[i] = s.Deadline()
-	}
-	renewed := make([]bool, len(ss))
-	left := len(ss)
-	lastChange := time.Now()
-	end := time.Now().Add(ttl)
+	back := ttl - ttl/10 - ttl/3
+	end := time.Now().Add(2 * ttl)
 	for time.Now().Before(end) && ctx.Err() == nil {
-		time.Sleep(50 * time.Millisecond)
-		for i, s := range ss {
-			if d := s.Deadline(); !d.Equal(ref[i]) {
-				ref[i], lastChange = d, time.Now()
-				if !renewed[i] {
-					renewed[i] = true
-					left--
-				}
+		var next time.Time
+		for _, s := range ss {
+			if n := s.Deadline().Add(-back); next.IsZero() || n.Before(next) {
+				next = n
 			}
 		}
-		if left == 0 && time.Since(lastChange) >= lull {
+		if next.After(time.Now().Add(lull)) {
 			return true
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return false
 }

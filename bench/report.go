@@ -168,6 +168,8 @@ func (r *row) notes() []string {
 		both("all free after close, s", "all_free_after_close_s")
 		both("all free after close + TTL, s", "after_close_plus_ttl_s")
 		both("still held at deadline", "still_held_at_deadline")
+		out = append(out, fmt.Sprintf("ours: %s entries applied after the close, the first %s s after it; measured to the leader's last apply (Status().Applied watched every 1 ms), then every lock checked free with Holder; closed in a heartbeat lull: %s",
+			f(r.ours, "entries_applied_after_close"), f(r.ours, "first_apply_after_close_s"), f(r.ours, "closed_in_heartbeat_lull")))
 		if r.etcd != nil {
 			out = append(out, fmt.Sprint(r.etcd.extra["note"]))
 		}

@@ -1,0 +1,341 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/verify/history"
+)
+
+// Fault kinds the nemesis injects.
+const (
+	// IsolateLeader cuts the leader off from every other replica, both
+	// ways; the minority side keeps the old leader until it steps down.
+	IsolateLeader = "isolate-leader"
+	// OneWayCut loses one direction of some links: the leader's outbound
+	// links, or random ones.
+	OneWayCut = "one-way-cut"
+	// Partition splits the replicas (and the remote clients) into two
+	// random groups.
+	Partition = "partition"
+	// DelayDrop delays and drops messages on random links.
+	DelayDrop = "delay-drop"
+	// KillMinority stops a random minority of the replicas (the leader
+	// half of the time) in process, then restarts them on their data.
+	KillMinority = "kill-minority"
+	// RestartAll stops every replica and restarts them all.
+	RestartAll = "restart-all"
+	// LeaderChurn isolates the current leader briefly every TTL/2, forcing
+	// an election each time (leadership transfer is not exposed by the
+	// public API, see doc.go).
+	LeaderChurn = "leader-churn"
+	// ClientCrash closes a remote client with its sessions (no close is
+	// sent: they expire) and dials a new one.
+	ClientCrash = "client-crash"
+)
+
+// FaultKinds lists every fault kind.
+var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, ClientCrash}
+
+// Step is one planned fault: its kind, how long it is held, the healthy
+// pause after it, and the seed of its random choices (which replicas,
+// which links). A plan is a function of the trial's seed alone; targets
+// named by role ("the leader") are resolved when the step runs.
+type Step struct {
+	Kind  string
+	Hold  time.Duration
+	Pause time.Duration
+	Rand  uint64
+}
+
+func (s Step) String() string {
+	return fmt.Sprintf("%s hold=%v pause=%v rand=%x", s.Kind, s.Hold, s.Pause, s.Rand)
+}
+
+// Plan draws n fault steps of the given kinds from rnd. The holds scale
+// with the session TTL: from TTL/2 to 1.5 x TTL, so some faults outlast
+// sessions' leases and some do not.
+func Plan(rnd *rand.Rand, kinds []string, n int, ttl time.Duration) []Step {
+	var out []Step
+	for range n {
+		k := kinds[rnd.IntN(len(kinds))]
+		hold := ttl/2 + time.Duration(rnd.Int64N(int64(ttl)))
+		if k == LeaderChurn {
+			hold = 2*ttl + time.Duration(rnd.Int64N(int64(ttl)))
+		}
+		out = append(out, Step{Kind: k, Hold: hold.Round(time.Millisecond), Pause: (300*time.Millisecond + time.Duration(rnd.Int64N(int64(500*time.Millisecond)))).Round(time.Millisecond), Rand: rnd.Uint64()})
+	}
+	return out
+}
+
+// nemesis carries out a plan against a system, recording every action and
+// every availability measurement in the history.
+type nemesis struct {
+	sys   System
+	h     *history.History
+	ttl   time.Duration
+	errs  []string
+	probe sync.WaitGroup
+}
+
+func (n *nemesis) errorf(format string, args ...any) {
+	n.errs = append(n.errs, fmt.Sprintf(format, args...))
+}
+
+// run carries out the plan; it returns early if stop closes.
+func (n *nemesis) run(plan []Step, stop <-chan struct{}) {
+	for _, st := range plan {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		n.step(st)
+		n.sys.Heal()
+		n.restartAll()
+		n.probe.Wait()
+		sleep(st.Pause, stop)
+	}
+}
+
+func sleep(d time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	}
+}
+
+func (n *nemesis) restartAll() {
+	for _, id := range n.sys.Members() {
+		if !contains(n.sys.Running(), id) {
+			if err := n.sys.Restart(id); err != nil {
+				n.errorf("restart %d: %v", id, err)
+			} else {
+				n.h.Fault("restart", "r%d", id)
+			}
+		}
+	}
+}
+
+// healthyLeader waits for a leader with every replica running, and opens
+// the probes' sessions, so that a leader loss is measured from a healthy
+// cluster.
+func (n *nemesis) healthyLeader() uint64 {
+	l := n.sys.WaitLeader(5 * time.Second)
+	if p, ok := n.sys.(interface{ PrepareProbes(context.Context) }); ok && l != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		p.PrepareProbes(ctx)
+		cancel()
+		l = n.sys.WaitLeader(5 * time.Second)
+	}
+	return l
+}
+
+// measure starts measuring the time from now until an acquire succeeds
+// through a replica not in avoid (old is the lost leader, 0 if none).
+// bounded measurements are checked against the availability bound.
+func (n *nemesis) measure(fault string, old uint64, avoid []uint64, bounded bool) {
+	lost := n.h.Now()
+	n.probe.Add(1)
+	done, watched := make(chan struct{}), make(chan struct{})
+	rc := history.Recovery{Fault: fault, Lost: lost, Bounded: bounded}
+	go func() {
+		// Watch for the election, to tell it from the clients' retries.
+		defer close(watched)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if l := n.sys.Leader(); l != 0 && l != old {
+				rc.Elected = n.h.Now()
+				return
+			}
+		}
+	}()
+	go func() {
+		defer n.probe.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			actx, acancel := context.WithTimeout(ctx, time.Second)
+			t0 := n.h.Now()
+			err := n.sys.Probe(actx, avoid)
+			acancel()
+			if os.Getenv("VERIFY_DEBUG") != "" {
+				n.h.Fault("probe", "attempt %.1fms..%.1fms: %v", float64(t0)/1e6, float64(n.h.Now())/1e6, err)
+			}
+			if err == nil {
+				rc.Recovered = n.h.Now()
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(done)
+		<-watched
+		n.h.Recovered(rc)
+	}()
+}
+
+func (n *nemesis) step(st Step) {
+	rnd := rand.New(rand.NewPCG(st.Rand, 0x5eed))
+	members := n.sys.Members()
+	switch st.Kind {
+	case IsolateLeader:
+		l := n.healthyLeader()
+		if l == 0 {
+			n.h.Fault(st.Kind, "skipped: no leader")
+			return
+		}
+		n.sys.Isolate(l)
+		n.measure(st.Kind, l, []uint64{l}, true)
+		n.h.Fault(st.Kind, "r%d isolated for %v", l, st.Hold)
+		time.Sleep(st.Hold)
+	case OneWayCut:
+		l := n.sys.Leader()
+		var cuts []string
+		if l != 0 && rnd.IntN(2) == 0 {
+			for _, f := range without(members, l) {
+				n.sys.Cut(l, f)
+				cuts = append(cuts, fmt.Sprintf("r%d->r%d", l, f))
+			}
+		} else {
+			for range 1 + rnd.IntN(2) {
+				a := members[rnd.IntN(len(members))]
+				b := without(members, a)[rnd.IntN(len(members)-1)]
+				n.sys.Cut(a, b)
+				cuts = append(cuts, fmt.Sprintf("r%d->r%d", a, b))
+			}
+		}
+		n.h.Fault(st.Kind, "%s for %v", strings.Join(cuts, " "), st.Hold)
+		time.Sleep(st.Hold)
+	case Partition:
+		l := n.healthyLeader()
+		perm := slices.Clone(members)
+		rnd.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		cut := 1 + rnd.IntN(len(perm)-1)
+		groups := [][]uint64{slices.Clone(perm[:cut]), slices.Clone(perm[cut:])}
+		for _, c := range n.sys.Clients() {
+			if g := rnd.IntN(3); g < 2 {
+				groups[g] = append(groups[g], c)
+			}
+		}
+		n.sys.Partition(groups...)
+		majority := len(members)/2 + 1
+		for _, g := range groups {
+			if l != 0 && contains(g, l) && countMembers(g, members) < majority {
+				var avoid []uint64
+				for _, id := range g {
+					if contains(members, id) {
+						avoid = append(avoid, id)
+					}
+				}
+				n.measure(st.Kind, l, avoid, true)
+			}
+		}
+		n.h.Fault(st.Kind, "%v | %v for %v (leader r%d)", groups[0], groups[1], st.Hold, l)
+		time.Sleep(st.Hold)
+	case DelayDrop:
+		var what []string
+		for _, a := range members {
+			for _, b := range without(members, a) {
+				if rnd.IntN(2) == 0 {
+					d := time.Duration(1+rnd.IntN(20)) * time.Millisecond
+					n.sys.SetDelay(a, b, d)
+					what = append(what, fmt.Sprintf("r%d->r%d+%v", a, b, d))
+				}
+				if rnd.IntN(3) == 0 {
+					p := 0.02 + 0.13*rnd.Float64()
+					n.sys.SetDrop(a, b, p)
+					what = append(what, fmt.Sprintf("r%d->r%d drop %.2f", a, b, p))
+				}
+			}
+		}
+		n.h.Fault(st.Kind, "%s for %v", strings.Join(what, " "), st.Hold)
+		time.Sleep(st.Hold)
+	case KillMinority:
+		l := n.healthyLeader()
+		k := 1 + rnd.IntN((len(members)-1)/2)
+		perm := slices.Clone(members)
+		rnd.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		victims := perm[:k]
+		withLeader := rnd.IntN(2) == 0
+		if l != 0 && withLeader && !contains(victims, l) {
+			victims[0] = l
+		}
+		if l != 0 && !withLeader && contains(victims, l) {
+			victims = without(perm, l)[:k]
+		}
+		for _, id := range victims {
+			n.sys.Stop(id)
+		}
+		if l != 0 && contains(victims, l) {
+			n.measure(st.Kind, l, victims, true)
+		}
+		n.h.Fault(st.Kind, "stopped %v (leader r%d) for %v", victims, l, st.Hold)
+		time.Sleep(st.Hold)
+	case RestartAll:
+		n.healthyLeader()
+		perm := slices.Clone(members)
+		rnd.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		for _, id := range perm {
+			n.sys.Stop(id)
+		}
+		down := time.Duration(50+rnd.IntN(250)) * time.Millisecond
+		time.Sleep(down)
+		n.restartAll()
+		n.measure(st.Kind, 0, nil, false)
+		n.h.Fault(st.Kind, "all stopped (order %v) for %v", perm, down)
+	case LeaderChurn:
+		end := time.Now().Add(st.Hold)
+		rounds := 0
+		for time.Now().Before(end) {
+			l := n.healthyLeader()
+			if l != 0 {
+				n.sys.Isolate(l)
+				n.measure(st.Kind, l, []uint64{l}, true)
+				n.h.Fault(st.Kind, "r%d isolated", l)
+				rounds++
+				// Long enough for the others to elect a new leader.
+				time.Sleep(3 * n.sys.ElectionTimeout())
+				n.probe.Wait()
+				n.sys.Heal()
+			}
+			time.Sleep(max(0, n.ttl/2-3*n.sys.ElectionTimeout()))
+		}
+		n.h.Fault(st.Kind, "%d leader changes forced", rounds)
+	case ClientCrash:
+		cs := n.sys.Clients()
+		if len(cs) == 0 {
+			n.h.Fault(st.Kind, "skipped: no remote clients")
+			return
+		}
+		i := rnd.IntN(len(cs))
+		if err := n.sys.CrashClient(i); err != nil {
+			n.errorf("crash client %d: %v", i, err)
+		}
+		n.h.Fault(st.Kind, "c%d crashed and redialled", i)
+		time.Sleep(st.Hold)
+	default:
+		n.errorf("unknown fault %q", st.Kind)
+	}
+}
+
+func countMembers(g, members []uint64) int {
+	k := 0
+	for _, id := range g {
+		if contains(members, id) {
+			k++
+		}
+	}
+	return k
+}
