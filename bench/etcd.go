@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -45,7 +46,21 @@ type etcdCluster struct {
 	lastKeepAlive atomic.Int64
 }
 
+// startEtcd starts an etcd cluster. Its ports are picked free and then
+// bound by etcd, so another process can take one in between (the machine
+// may be shared): a start that fails to bind is retried on new ports and a
+// fresh data directory.
 func startEtcd(ctx context.Context, n int, dir string) (*etcdCluster, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := startEtcdOnce(ctx, n, filepath.Join(dir, fmt.Sprintf("try%d", attempt)))
+		if err == nil || attempt == 2 || !(errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")) {
+			return c, err
+		}
+		logf("  etcd start: %v; retrying on other ports", err)
+	}
+}
+
+func startEtcdOnce(ctx context.Context, n int, dir string) (*etcdCluster, error) {
 	c := &etcdCluster{
 		dir:     dir,
 		token:   fmt.Sprintf("bench-%d", time.Now().UnixNano()),
