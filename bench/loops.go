@@ -312,7 +312,10 @@ func lockThroughFailover(ctx context.Context, l locker, name string, attempt tim
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	won := make(chan func(context.Context) error, 1)
-	var lastErr atomic.Value
+	var (
+		mu      sync.Mutex
+		lastErr error
+	)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -321,7 +324,9 @@ func lockThroughFailover(ctx context.Context, l locker, name string, attempt tim
 			defer acancel()
 			unlock, err := l.Lock(a, name)
 			if err != nil {
-				lastErr.Store(err)
+				mu.Lock()
+				lastErr = err
+				mu.Unlock()
 				return
 			}
 			select {
@@ -333,8 +338,9 @@ func lockThroughFailover(ctx context.Context, l locker, name string, attempt tim
 		case unlock := <-won:
 			return unlock, nil
 		case <-ctx.Done():
-			err, _ := lastErr.Load().(error)
-			return nil, errors.Join(ctx.Err(), err)
+			mu.Lock()
+			defer mu.Unlock()
+			return nil, errors.Join(ctx.Err(), lastErr)
 		case <-tick.C:
 		}
 	}

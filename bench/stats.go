@@ -46,17 +46,24 @@ func liveHeap() uint64 {
 }
 
 // stableHeap returns the live heap once it has settled: goroutines of a
-// cluster closed just before may still be letting go of memory. It reads
-// liveHeap until two readings 300 ms apart differ by less than 256 KiB
-// (at most 10 times).
+// cluster closed just before (etcd's in particular) may still be letting
+// go of memory for seconds. It reads liveHeap every 500 ms until three
+// readings in a row differ by less than 256 KiB and the goroutine count has
+// stopped falling (at most 15 s).
 func stableHeap() uint64 {
-	h := liveHeap()
-	for range 10 {
-		time.Sleep(300 * time.Millisecond)
-		n := liveHeap()
+	h, g := liveHeap(), runtime.NumGoroutine()
+	calm := 0
+	for range 30 {
+		time.Sleep(500 * time.Millisecond)
+		n, ng := liveHeap(), runtime.NumGoroutine()
 		d := int64(n) - int64(h)
-		h = n
-		if d > -256<<10 && d < 256<<10 {
+		if d > -256<<10 && d < 256<<10 && ng >= g {
+			calm++
+		} else {
+			calm = 0
+		}
+		h, g = n, ng
+		if calm == 2 {
 			break
 		}
 	}
