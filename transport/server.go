@@ -59,28 +59,11 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 	frames, recvErr := recvLoop(t, stream.Recv, stop)
 	log := t.remoteLogger(stream.Context())
 
-	timer := time.NewTimer(handshakeTimeout)
-	defer timer.Stop()
-	var first *lockpb.PeerFrame
-	select {
-	case first = <-frames:
-	case err := <-recvErr:
-		return err
-	case <-timer.C:
-		t.stats.inboundRejected.Add(1)
-		log.Warn("rejected peer stream: no hello", zap.Duration("timeout", handshakeTimeout))
-		return status.Errorf(codes.DeadlineExceeded, "quorumlock: no hello within %v", handshakeTimeout)
-	case <-t.ctx.Done():
-		return errClosed
-	}
-	h := first.GetHello()
-	if err := t.checkHello(h); err != nil {
-		t.stats.inboundRejected.Add(1)
-		log.Warn("rejected peer stream", zap.Uint64("cluster", h.GetClusterId()),
-			zap.Uint64("from", h.GetFrom()), zap.Uint64("to", h.GetTo()), zap.Error(err))
+	first, err := awaitHello(t, frames, recvErr, log, "peer stream")
+	if err != nil {
 		return err
 	}
-	from := h.GetFrom()
+	from := first.GetHello().GetFrom()
 	log = log.With(zap.Uint64("peer", from))
 	if n := len(first.GetMessages()); n > 0 {
 		log.Debug("ignoring messages sent with the hello", zap.Int("messages", n))
@@ -127,6 +110,34 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 // goes to the second channel) or stop is closed. The caller must hold a
 // t.wg count, so that the Add cannot race with Close's Wait, and must return
 // from its gRPC handler after closing stop: gRPC then ends a blocked recv.
+// awaitHello waits for the first frame of an inbound stream and checks its
+// Hello (step 2 in doc.go): a stream that sends none within
+// handshakeTimeout, or a stranger's, is rejected and counted.
+func awaitHello[M interface{ GetHello() *lockpb.Hello }](t *Transport, frames <-chan M, recvErr <-chan error, log *zap.Logger, kind string) (M, error) {
+	var first M
+	timer := time.NewTimer(handshakeTimeout)
+	defer timer.Stop()
+	select {
+	case first = <-frames:
+	case err := <-recvErr:
+		return first, err
+	case <-timer.C:
+		t.stats.inboundRejected.Add(1)
+		log.Warn("rejected "+kind+": no hello", zap.Duration("timeout", handshakeTimeout))
+		return first, status.Errorf(codes.DeadlineExceeded, "quorumlock: no hello within %v", handshakeTimeout)
+	case <-t.ctx.Done():
+		return first, errClosed
+	}
+	h := first.GetHello()
+	if err := t.checkHello(h); err != nil {
+		t.stats.inboundRejected.Add(1)
+		log.Warn("rejected "+kind, zap.Uint64("cluster", h.GetClusterId()),
+			zap.Uint64("from", h.GetFrom()), zap.Uint64("to", h.GetTo()), zap.Error(err))
+		return first, err
+	}
+	return first, nil
+}
+
 func recvLoop[M any](t *Transport, recv func() (M, error), stop <-chan struct{}) (<-chan M, <-chan error) {
 	out := make(chan M)
 	errc := make(chan error, 1)

@@ -30,28 +30,11 @@ func (t *Transport) serveSnapshot(stream lockpb.Peer_SnapshotServer) error {
 	chunks, recvErr := recvLoop(t, stream.Recv, stop)
 	log := t.remoteLogger(stream.Context())
 
-	timer := time.NewTimer(handshakeTimeout)
-	defer timer.Stop()
-	var first *lockpb.SnapshotChunk
-	select {
-	case first = <-chunks:
-	case err := <-recvErr:
-		return err
-	case <-timer.C:
-		t.stats.inboundRejected.Add(1)
-		log.Warn("rejected snapshot stream: no hello", zap.Duration("timeout", handshakeTimeout))
-		return status.Errorf(codes.DeadlineExceeded, "quorumlock: no hello within %v", handshakeTimeout)
-	case <-t.ctx.Done():
-		return errClosed
-	}
-	h := first.GetHello()
-	if err := t.checkHello(h); err != nil {
-		t.stats.inboundRejected.Add(1)
-		log.Warn("rejected snapshot stream", zap.Uint64("cluster", h.GetClusterId()),
-			zap.Uint64("from", h.GetFrom()), zap.Uint64("to", h.GetTo()), zap.Error(err))
+	first, err := awaitHello(t, chunks, recvErr, log, "snapshot stream")
+	if err != nil {
 		return err
 	}
-	from := h.GetFrom()
+	from := first.GetHello().GetFrom()
 	log = log.With(zap.Uint64("peer", from))
 	t.stats.snapshotChunksIn.Add(1)
 	superseded := t.acceptSnapshot(from)
@@ -66,6 +49,8 @@ func (t *Transport) serveSnapshot(stream lockpb.Peer_SnapshotServer) error {
 	if err != nil {
 		return reject(err)
 	}
+	timer := time.NewTimer(t.cfg.SnapshotStallTimeout)
+	defer timer.Stop()
 	for receiving := true; receiving; {
 		timer.Reset(t.cfg.SnapshotStallTimeout)
 		select {
