@@ -119,7 +119,7 @@ func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadershi
 func (l *Leadership) end() {
 	l.once.Do(func() {
 		l.cancel()
-		if l.owned && l.s.alive() == nil {
+		if l.owned && l.s.Err() == nil {
 			l.s.hb.background(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), l.s.ttl)
 				defer cancel()
@@ -174,7 +174,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
-	if err := s.alive(); err != nil {
+	if err := s.Err(); err != nil {
 		return err
 	}
 	select {
@@ -187,7 +187,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_PROCLAIM, Session: s.id, Seq: seq, Done: done,
 		Name: roleKey(l.role), Token: uint64(l.Epoch()), Value: value})
 	if err != nil {
-		if ctx.Err() != nil && s.alive() == nil {
+		if ctx.Err() != nil && s.Err() == nil {
 			return fmt.Errorf("%w: proclaiming %q: %w", ErrUnknownOutcome, l.role, err)
 		}
 		return err

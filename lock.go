@@ -50,14 +50,14 @@ func (l *Lock) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
 // again settles it).
 func (l *Lock) Release(ctx context.Context) error {
 	s := l.s
-	if err := s.alive(); err != nil {
+	if err := s.Err(); err != nil {
 		return err
 	}
 	seq, done := s.nextSeq()
 	defer s.finish(seq)
 	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Seq: seq, Done: done, Name: l.name, Token: uint64(l.token)})
 	if err != nil {
-		if ctx.Err() != nil && s.alive() == nil {
+		if ctx.Err() != nil && s.Err() == nil {
 			return fmt.Errorf("%w: releasing %q: %w", ErrUnknownOutcome, l.name, err)
 		}
 		return err

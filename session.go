@@ -255,13 +255,6 @@ func (s *Session) finish(seq uint64) {
 	s.mu.Unlock()
 }
 
-// alive returns the end cause if the session is over.
-func (s *Session) alive() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.endErr
-}
-
 // call sends req to the leader, re-sending the same (session, seq) across
 // leader changes, until an answer, ctx's end, or the session's end.
 func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
@@ -271,7 +264,7 @@ func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Respon
 	defer stop()
 	resp, err := s.be.propose(cctx, req)
 	if err != nil {
-		if cause := s.alive(); cause != nil {
+		if cause := s.Err(); cause != nil {
 			return nil, cause
 		}
 		if ctx.Err() != nil {
@@ -324,7 +317,7 @@ func (s *Session) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 // acquire takes the lock (or role) key, a checked name; value is kept with
 // the grant.
 func (s *Session) acquire(ctx context.Context, name string, try bool, value []byte) (*Lock, error) {
-	if err := s.alive(); err != nil {
+	if err := s.Err(); err != nil {
 		return nil, err
 	}
 	seq, done := s.nextSeq()
@@ -335,7 +328,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	defer cancel()
 	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try, Value: value})
 	if err != nil {
-		if wctx.Err() != nil && s.alive() == nil {
+		if wctx.Err() != nil && s.Err() == nil {
 			return s.settle(ctx, name, seq)
 		}
 		return nil, err
@@ -391,7 +384,7 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 	defer s.finish(seq)
 	resp, err := s.call(sctx, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Seq: seq, Done: done, Name: name, Target: target})
 	if err != nil {
-		if end := s.alive(); end != nil {
+		if end := s.Err(); end != nil {
 			return nil, errors.Join(cause, end)
 		}
 		// Closing it (best effort, in the background) frees whatever it
@@ -454,7 +447,7 @@ func (s *Session) Locks() []*Lock {
 // session stops heartbeating, so its locks are freed at the latest when its
 // TTL runs out on the leader.
 func (s *Session) Close(ctx context.Context) error {
-	if err := s.alive(); err != nil {
+	if err := s.Err(); err != nil {
 		if errors.Is(err, errSessionClosed) {
 			return nil
 		}
