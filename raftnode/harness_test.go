@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -421,24 +422,33 @@ func (c *cluster) deliver(m *raftpb.Message) {
 }
 
 // checkSend runs on the sender's goroutine at the moment Send is called,
-// so the sender's store shows exactly what was durable when the message
-// left: every entry an append carries, every append it acknowledges and
-// every vote it grants must already be saved, and a node whose Save failed
-// sends nothing more.
+// so the stores show exactly what was durable when the message left: every
+// append a node acknowledges and every vote it grants must already be saved
+// in its own store, a node whose Save failed sends nothing more, and the
+// commit index a leader announces must be durable in a quorum of stores. A
+// leader's append may carry entries it has not saved yet: it writes them in
+// parallel with its followers (raft thesis §10.2.1) and counts its own copy
+// only once saved, which the quorum check verifies.
 func (c *cluster) checkSend(from uint64, m *raftpb.Message) {
 	st := c.stores[from]
 	var bad, counted string
 	switch typ := m.GetType(); {
 	case st.hasFailed():
 		bad = fmt.Sprintf("%d sent %v to %d after its Save failed", from, typ, m.GetTo())
-	case typ == raftpb.MsgApp && len(m.GetEntries()) > 0:
-		counted = "entries sent"
-		for _, e := range m.GetEntries() {
-			if term, err := st.Term(e.GetIndex()); err != nil || term != e.GetTerm() {
-				bad = fmt.Sprintf("%d sent entry %d (term %d) to %d before saving it (store: term %d, %v; last index %d)",
-					from, e.GetIndex(), e.GetTerm(), m.GetTo(), term, err, st.lastIndex())
-				break
+	case typ == raftpb.MsgApp || typ == raftpb.MsgHeartbeat:
+		if typ == raftpb.MsgApp && len(m.GetEntries()) > 0 {
+			counted = "entries sent"
+			for _, e := range m.GetEntries() {
+				if term, err := st.Term(e.GetIndex()); err != nil || term != e.GetTerm() {
+					c.mu.Lock()
+					c.counts["entries sent before the leader saved them"]++
+					c.mu.Unlock()
+					break
+				}
 			}
+		}
+		if commit := m.GetCommit(); commit > 0 && !c.durableOnQuorum(commit) {
+			bad = fmt.Sprintf("%d announced commit index %d to %d before a quorum saved it", from, commit, m.GetTo())
 		}
 	case typ == raftpb.MsgVoteResp && !m.GetReject():
 		counted = "votes granted"
@@ -461,6 +471,27 @@ func (c *cluster) checkSend(from uint64, m *raftpb.Message) {
 	if bad != "" {
 		c.violations = append(c.violations, bad)
 	}
+}
+
+// durableOnQuorum reports whether a quorum of the stores hold an entry at
+// index with one same term (or have compacted it into a snapshot).
+func (c *cluster) durableOnQuorum(index uint64) bool {
+	terms := make(map[uint64]int)
+	for _, id := range c.ids {
+		term, err := c.stores[id].Term(index)
+		switch {
+		case errors.Is(err, raft.ErrCompacted):
+			terms[0]++ // covered by a snapshot: committed long ago
+		case err == nil:
+			terms[term]++
+		}
+	}
+	for term, n := range terms {
+		if n > len(c.ids)/2 || (term != 0 && n+terms[0] > len(c.ids)/2) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cluster) takeViolations() []string {

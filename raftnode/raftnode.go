@@ -124,20 +124,24 @@ type Config struct {
 	Failpoint func(point string)
 }
 
-// The points at which Config.Failpoint is called, in the order a Ready
-// passes them.
+// The points at which Config.Failpoint is called. A follower's Ready passes
+// them in the order before-save, after-save, after-send, after-apply; a
+// leader's (which sends and applies before it saves, see handleReady) in the
+// order before-save, after-send, after-apply, after-save.
 const (
-	// FailpointBeforeSave: a Ready was taken; nothing of it is saved.
+	// FailpointBeforeSave: a Ready was taken; nothing of it is saved, sent
+	// or applied.
 	FailpointBeforeSave = "before-save"
 	// FailpointAfterSave: the Ready's snapshot, hard state and entries are
-	// durable; none of its messages is sent.
+	// durable. On a follower none of its messages is sent yet.
 	FailpointAfterSave = "after-save"
-	// FailpointAfterSend: the Ready's messages are handed to the transport;
-	// its committed entries are not applied.
+	// FailpointAfterSend: the Ready's messages are handed to the transport
+	// (on a leader, all but the responses, which wait for the save); its
+	// committed entries are not applied.
 	FailpointAfterSend = "after-send"
 	// FailpointAfterApply: the committed entries are applied (the state
 	// machine has answered its waiters); read states are not resolved and
-	// raft is not advanced.
+	// raft is not advanced (on a leader, the Ready is not saved either).
 	FailpointAfterApply = "after-apply"
 	// FailpointBeforeSnapshotSave: a snapshot, taken by this node or
 	// received from the leader, is about to be saved.
@@ -195,6 +199,7 @@ type Node struct {
 	appliedW  []appliedWaiter
 
 	// Owned by the run goroutine.
+	state      raft.StateType // as of the latest Ready
 	isLeader   bool
 	leaderTerm uint64
 	readyTerm  uint64
@@ -721,12 +726,49 @@ func (n *Node) failpoint(point string) {
 	}
 }
 
+// handleReady runs one Ready through the raft contract. A follower (or
+// candidate) saves the Ready's snapshot, hard state and entries, then sends
+// its messages (acknowledgements and votes must not leave before what they
+// promise is durable), then applies the committed entries. A leader sends
+// first, so that followers write the new entries while the leader does
+// (raft thesis §10.2.1; etcd does the same): raft counts the leader's own
+// copy towards a quorum only once Advance reports it saved. It also applies
+// before saving: every entry a leader sees committed was already durable in
+// its own log, so a commit is answered without waiting for the fsync of the
+// entries proposed meanwhile.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
+	if rd.SoftState != nil {
+		n.state = rd.SoftState.RaftState
+	}
 	n.failpoint(FailpointBeforeSave)
+	if n.state == raft.StateLeader && raft.IsEmptySnap(rd.Snapshot) {
+		early, late := splitAfterAppend(rd.Messages)
+		n.send(early)
+		n.commit(&rd)
+		if err := n.save(&rd); err != nil {
+			return err
+		}
+		if len(late) > 0 {
+			n.cfg.Transport.Send(late)
+		}
+	} else {
+		if err := n.save(&rd); err != nil {
+			return err
+		}
+		n.send(rd.Messages)
+		n.commit(&rd)
+	}
+	n.rn.Advance(rd)
+	n.publishStatus()
+	return nil
+}
+
+// save makes the Ready's snapshot (one received from the leader: durable
+// first, then the state machine jumps to it), hard state and entries
+// durable.
+func (n *Node) save(rd *raft.Ready) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		// A snapshot from the leader: durable first, then the state
-		// machine jumps to it.
 		md := rd.Snapshot.GetMetadata()
 		n.failpoint(FailpointBeforeSnapshotSave)
 		if err := n.cfg.Storage.SaveSnapshot(rd.Snapshot); err != nil {
@@ -744,10 +786,46 @@ func (n *Node) handleReady() error {
 		return fmt.Errorf("raftnode: saving %d entries: %w", len(rd.Entries), err)
 	}
 	n.failpoint(FailpointAfterSave)
-	if len(rd.Messages) > 0 {
-		n.cfg.Transport.Send(rd.Messages)
+	return nil
+}
+
+// splitAfterAppend separates the responses among msgs (append and vote
+// responses, which raft queues until the Ready's state is durable: its
+// msgsAfterAppend) from the rest. A leader sends the rest before saving;
+// the responses it sends (rejections of stale peers) wait for the save like
+// everyone's. The common case, no response, does not allocate.
+func splitAfterAppend(msgs []*raftpb.Message) (early, late []*raftpb.Message) {
+	for i, m := range msgs {
+		if isResponse(m.GetType()) {
+			early = append(early, msgs[:i]...)
+			for _, m := range msgs[i:] {
+				if isResponse(m.GetType()) {
+					late = append(late, m)
+				} else {
+					early = append(early, m)
+				}
+			}
+			return early, late
+		}
+	}
+	return msgs, nil
+}
+
+func isResponse(t raftpb.MessageType) bool {
+	return t == raftpb.MessageType_MsgAppResp || t == raftpb.MessageType_MsgVoteResp || t == raftpb.MessageType_MsgPreVoteResp
+}
+
+// send hands the Ready's messages to the transport.
+func (n *Node) send(msgs []*raftpb.Message) {
+	if len(msgs) > 0 {
+		n.cfg.Transport.Send(msgs)
 	}
 	n.failpoint(FailpointAfterSend)
+}
+
+// commit reports leadership changes, applies the Ready's committed entries
+// and answers the read requests its read states cover.
+func (n *Node) commit(rd *raft.Ready) {
 	if rd.SoftState != nil || rd.HardState != nil {
 		n.leadershipChanged()
 	}
@@ -768,9 +846,6 @@ func (n *Node) handleReady() error {
 			}
 		}
 	}
-	n.rn.Advance(rd)
-	n.publishStatus()
-	return nil
 }
 
 // leadershipChanged reports the end of a leadership (also when several

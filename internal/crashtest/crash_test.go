@@ -23,10 +23,16 @@ var snapOptions = options{snapshotEntries: 16, catchUpEntries: 4}
 //
 //   - before-save: the Ready's hard state and entries are lost (the clone
 //     is taken before its Save, in a Ready that saves entries);
-//   - after-save: they are durable, but no message of the Ready left;
+//   - after-save: they are durable, but (on a follower) no message of the
+//     Ready left;
 //   - after-send: the messages left, the committed entries are not applied;
 //   - after-apply: the entries are applied and the leader's waiters
 //     answered, raft is not advanced.
+//
+// A leader passes the points in the order before-save, after-send,
+// after-apply, after-save (it replicates and applies while it writes, raft
+// thesis §10.2.1), so a leader crashing at after-send or after-apply has
+// sent entries it never saved: the followers may commit them without it.
 //
 // After the restart the workload goes on (new grants after the crash), then
 // stops, and every replica must hold exactly what the clients were told

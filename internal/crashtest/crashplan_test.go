@@ -133,7 +133,9 @@ func (c *cluster) failpoint(l *life, point string) {
 // taken at before-save, the decision made at after-save; the node did
 // nothing visible in between); one at after-save or after-send only for a
 // Ready that saved entries, and one at after-apply only for a Ready that
-// applied a payload (a client request).
+// applied a payload (a client request). (A leader passes after-send and
+// after-apply before after-save; for it "a Ready that saved entries" is
+// the one before, which under the workload almost always holds too.)
 func (p *crashPlan) at(l *life, point string) {
 	if p.fired {
 		return

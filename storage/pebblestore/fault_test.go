@@ -433,3 +433,34 @@ func TestIdentityOfAnotherMember(t *testing.T) {
 		t.Fatalf("Identity() = %v, %v, %v; want %v", got, ok, err, mine)
 	}
 }
+
+// TestCommitOnlySaveIsNotSynced: a Save that only moves the commit index
+// (raft.MustSync false) does not fsync, so a failing fsync does not fail it;
+// the next Save that must sync (a new term) does, and after a crash the
+// store holds what the synced writes acknowledged, with the commit index at
+// an acknowledged value.
+func TestCommitOnlySaveIsNotSynced(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	fs, toggle := wrapFailingSync(mem)
+	s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+	saveEach(t, s, 1, 10)
+	if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(9))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	saveEach(t, s, 11, 11) // synced: covers the unsynced commit-only write
+
+	toggle.On()
+	if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(11))}, nil); err != nil {
+		t.Fatalf("commit-only Save with a failing fsync: %v (it must not sync)", err)
+	}
+	if err := s.Save(&raftpb.HardState{Term: new(uint64(2)), Commit: new(uint64(11))}, nil); !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Save of a new term with a failing fsync: err = %v, want errorfs.ErrInjected", err)
+	}
+	toggle.Off()
+
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	_ = s.Close()
+	s = openT(t, "db", Options{FS: crashed}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	checkIntact(t, s, 11)
+}

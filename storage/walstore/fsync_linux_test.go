@@ -30,8 +30,8 @@ func TestWALFsyncFailure(t *testing.T) {
 		{"Save", func(s *Store) error {
 			return s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(41))}, []*raftpb.Entry{testEntry(41, entryData(41))})
 		}},
-		{"Save of the commit index only", func(s *Store) error {
-			return s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(41))}, nil)
+		{"Save of a new term only", func(s *Store) error {
+			return s.Save(&raftpb.HardState{Term: new(uint64(2)), Commit: new(uint64(40))}, nil)
 		}},
 		{"SaveSnapshot", func(s *Store) error {
 			return s.SaveSnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(35)), Term: new(uint64(1))}, Data: []byte("state")})

@@ -71,18 +71,13 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 		return nil
 	}
 
-	prev := s.hardState
-	if prev == nil {
-		prev = new(raftpb.HardState)
-	}
 	hs := s.hardState
 	if saveHS {
 		hs = proto.Clone(st).(*raftpb.HardState)
 	}
+	// etcd's WAL syncs only when raft.MustSync says so: a hard state that
+	// only moves the commit index, with no entries, is written unsynced.
 	err := s.w.Save(hs, ents)
-	if err == nil && !raft.MustSync(hs, prev, len(ents)) {
-		err = s.w.Sync()
-	}
 	if err != nil {
 		s.fail(err)
 		if len(ents) > 0 {
