@@ -46,6 +46,7 @@ type crashPlan struct {
 
 	// Owned by the target's node goroutine.
 	tentative  map[uint64]*vfs.MemFS // clones taken at before-save
+	frozen     []*freeze             // the other victims' state machines, since the clones
 	sawEntries bool                  // the current Ready saved entries
 	payloads   int                   // payloads applied before the current Ready's apply
 	fired      bool
@@ -155,6 +156,7 @@ func (p *crashPlan) at(l *life, point string) {
 				return
 			}
 			p.c.nw.setCut(p.victims, false)
+			p.thaw(false)
 		}
 		if p.point == point && p.sawEntries && inRole {
 			p.crash(l, p.cutAndClone())
@@ -176,20 +178,43 @@ func (p *crashPlan) at(l *life, point string) {
 }
 
 // cutAndClone cuts the victims off (so that nothing they do from now on
-// reaches anyone) and then takes a crash clone of each one's file system:
-// what it had synced at this instant.
+// reaches anyone), freezes the state machines of the victims other than
+// the target (so that none of them applies, and answers a client, what it
+// commits after the crash instant: a leader's own Save in flight at the
+// clone may still return, and with the followers' acknowledgements that
+// arrived before, commit an entry its clone does not hold), and then takes
+// a crash clone of each one's file system: what it had synced at this
+// instant.
 func (p *crashPlan) cutAndClone() map[uint64]*vfs.MemFS {
 	p.c.nw.setCut(p.victims, true)
 	clones := make(map[uint64]*vfs.MemFS)
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
 	for _, id := range p.victims {
+		if cur := p.c.reps[id].cur; id != p.target && cur != nil {
+			f := &freeze{done: make(chan struct{})}
+			cur.sm.freeze.Store(f)
+			p.frozen = append(p.frozen, f)
+		}
+	}
+	for _, id := range p.victims {
 		clones[id] = p.c.reps[id].fs.CrashClone(vfs.CrashCloneCfg{})
 	}
 	return clones
 }
 
+// thaw ends the freeze of the other victims: dead (they crashed at the
+// clone instant) makes their state machines drop every later entry.
+func (p *crashPlan) thaw(dead bool) {
+	for _, f := range p.frozen {
+		f.dead = dead
+		close(f.done)
+	}
+	p.frozen = nil
+}
+
 func (p *crashPlan) crash(l *life, clones map[uint64]*vfs.MemFS) {
+	p.thaw(true)
 	p.fired = true
 	p.crashc <- crashEvent{point: p.point, target: p.target, role: p.role, life: l.n, clones: clones}
 	<-p.resume

@@ -141,6 +141,8 @@ type recSM struct {
 	life int
 	log  *applyLog
 
+	freeze atomic.Pointer[freeze] // set while (and after) the replica is a crash victim
+
 	mu        sync.Mutex
 	applied   uint64
 	payloads  int    // entries with a payload applied
@@ -148,7 +150,20 @@ type recSM struct {
 	errs      []string
 }
 
+// freeze holds a victim's applies from the crash instant until the crash
+// is decided: dead drops them (the replica is down since that instant).
+type freeze struct {
+	done chan struct{}
+	dead bool // set before done is closed
+}
+
 func (s *recSM) Apply(ents []*raftpb.Entry) {
+	if f := s.freeze.Load(); f != nil {
+		<-f.done
+		if f.dead {
+			return
+		}
+	}
 	s.mu.Lock()
 	for _, e := range ents {
 		if e.GetIndex() != s.applied+1 {
