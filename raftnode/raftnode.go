@@ -536,41 +536,12 @@ func (n *Node) run() {
 			n.tickReads()
 		case p := <-n.propc:
 			n.propose(p)
-			for more := true; more; {
-				select {
-				case p := <-n.propc:
-					n.propose(p)
-				default:
-					more = false
-				}
-			}
 		case m := <-n.recvc:
 			n.step(m)
-			for more := true; more; {
-				select {
-				case m := <-n.recvc:
-					n.step(m)
-				default:
-					more = false
-				}
-			}
 		case r := <-n.readc:
-			// Take every queued read so that they share one round.
 			n.pending = append(n.pending, r)
-			for more := true; more; {
-				select {
-				case r := <-n.readc:
-					n.pending = append(n.pending, r)
-				default:
-					more = false
-				}
-			}
 		case rep := <-n.reportc:
-			if rep.snapshot != 0 {
-				n.rn.ReportSnapshot(rep.snapshot, rep.status)
-			} else {
-				n.rn.ReportUnreachable(rep.unreachable)
-			}
+			n.report(rep)
 		case r := <-n.snapc:
 			if err := n.saveSnapshot(r); err != nil {
 				n.fail(err)
@@ -579,6 +550,10 @@ func (n *Node) run() {
 		case <-n.stopc:
 			return
 		}
+		// Take everything else that is queued, so that one Ready (one
+		// fsync) carries every proposal and answer that arrived while the
+		// last one was being written, and queued reads share one round.
+		n.drain()
 		n.issueReads()
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
@@ -586,6 +561,33 @@ func (n *Node) run() {
 				return
 			}
 		}
+	}
+}
+
+// drain handles every proposal, message, read and report queued now,
+// without blocking.
+func (n *Node) drain() {
+	for {
+		select {
+		case p := <-n.propc:
+			n.propose(p)
+		case m := <-n.recvc:
+			n.step(m)
+		case r := <-n.readc:
+			n.pending = append(n.pending, r)
+		case rep := <-n.reportc:
+			n.report(rep)
+		default:
+			return
+		}
+	}
+}
+
+func (n *Node) report(rep report) {
+	if rep.snapshot != 0 {
+		n.rn.ReportSnapshot(rep.snapshot, rep.status)
+	} else {
+		n.rn.ReportUnreachable(rep.unreachable)
 	}
 }
 
