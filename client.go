@@ -34,6 +34,7 @@ type Client struct {
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
 	ka      map[string]*kaStream
+	ps      map[string]*propStream
 	current int    // index in addrs of the replica tried first
 	leader  string // last known leader address; "" if unknown
 	// leaderMoved is closed (and replaced) when the known leader changes to
@@ -106,6 +107,7 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 		addrs:       append([]string(nil), addrs...),
 		conns:       make(map[string]*grpc.ClientConn),
 		ka:          make(map[string]*kaStream),
+		ps:          make(map[string]*propStream),
 		closed:      make(chan struct{}),
 		leaderMoved: make(chan struct{}),
 	}
@@ -399,16 +401,43 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// propStream returns the Propose stream to addr, over cc, opening one
+// (for at most as long as ctx allows) if there is none or it broke.
+func (c *Client) propStream(ctx context.Context, addr string, cc *grpc.ClientConn) (*propStream, error) {
+	c.mu.Lock()
+	s := c.ps[addr]
+	c.mu.Unlock()
+	if s != nil && !s.broken() {
+		return s, nil
+	}
+	s, err := openPropStream(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.ps[addr]; cur != nil && !cur.broken() {
+		s.close() // another caller opened one meanwhile
+		return cur, nil
+	}
+	c.ps[addr] = s
+	return s, nil
+}
+
 func (c *Client) closeConns() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.ka {
 		s.close()
 	}
+	for _, s := range c.ps {
+		s.close()
+	}
 	for _, cc := range c.conns {
 		cc.Close()
 	}
 	clear(c.ka)
+	clear(c.ps)
 	clear(c.conns)
 }
 
@@ -446,7 +475,11 @@ func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Resp
 	var resp *lockpb.Response
 	blocking := req.GetOp() == lockpb.Op_OP_ACQUIRE && !req.GetTry()
 	err := c.retryPropose(ctx, blocking, func(actx context.Context, cc *grpc.ClientConn, addr string) (bool, error) {
-		r, err := lockpb.NewLockClient(cc).Propose(actx, req)
+		ps, err := c.propStream(actx, addr, cc)
+		if err != nil {
+			return false, err
+		}
+		r, err := ps.call(actx, req)
 		if err != nil {
 			return false, err
 		}

@@ -39,10 +39,11 @@ type router struct {
 	mu    sync.Mutex
 	conns map[uint64]*grpc.ClientConn
 	ka    map[uint64]*kaStream
+	ps    map[uint64]*propStream
 }
 
 func newRouter(n *Node) *router {
-	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), ka: make(map[uint64]*kaStream)}
+	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), ka: make(map[uint64]*kaStream), ps: make(map[uint64]*propStream)}
 }
 
 // retry backoff between attempts that found no leader: from minBackoff,
@@ -110,15 +111,15 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 		}
 		return resp, err
 	}
-	cc, err := r.conn(target)
-	if err != nil {
-		return nil, err
-	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(chanCtx(changed), cancel)
 	defer stop()
-	resp, err := lockpb.NewLockClient(cc).Propose(actx, req)
+	ps, err := r.propStream(actx, target)
+	if err != nil {
+		return nil, grpcErr(ctx, err)
+	}
+	resp, err := ps.call(actx, req)
 	if err != nil {
 		return nil, grpcErr(ctx, err)
 	}
@@ -187,6 +188,33 @@ func (r *router) stream(id uint64) (*kaStream, error) {
 	return s, nil
 }
 
+// propStream returns the Propose stream to replica id, opening one (for
+// at most as long as ctx allows) if there is none or it broke.
+func (r *router) propStream(ctx context.Context, id uint64) (*propStream, error) {
+	r.mu.Lock()
+	s := r.ps[id]
+	r.mu.Unlock()
+	if s != nil && !s.broken() {
+		return s, nil
+	}
+	cc, err := r.conn(id)
+	if err != nil {
+		return nil, err
+	}
+	s, err = openPropStream(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.ps[id]; cur != nil && !cur.broken() {
+		s.close() // another caller opened one meanwhile
+		return cur, nil
+	}
+	r.ps[id] = s
+	return s, nil
+}
+
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff
 // dial again now.
 func (r *router) resetConnectBackoff() {
@@ -203,6 +231,10 @@ func (r *router) close() {
 	for _, s := range r.ka {
 		s.close()
 	}
+	for _, s := range r.ps {
+		s.close()
+	}
+	clear(r.ps)
 	for _, cc := range r.conns {
 		cc.Close()
 	}

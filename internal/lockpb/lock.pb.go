@@ -779,6 +779,208 @@ func (x *HolderResponse) GetLeaderAddr() string {
 	return ""
 }
 
+type ProposeCalls struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*ProposeCall         `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeCalls) Reset() {
+	*x = ProposeCalls{}
+	mi := &file_lock_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeCalls) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeCalls) ProtoMessage() {}
+
+func (x *ProposeCalls) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeCalls.ProtoReflect.Descriptor instead.
+func (*ProposeCalls) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ProposeCalls) GetCalls() []*ProposeCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+type ProposeCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique on the stream.
+	Id      uint64   `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Request *Request `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// The client gave up on call id: stop waiting for it (no request).
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeCall) Reset() {
+	*x = ProposeCall{}
+	mi := &file_lock_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeCall) ProtoMessage() {}
+
+func (x *ProposeCall) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeCall.ProtoReflect.Descriptor instead.
+func (*ProposeCall) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ProposeCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ProposeCall) GetRequest() *Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ProposeCall) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type ProposeReplies struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*ProposeReply        `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeReplies) Reset() {
+	*x = ProposeReplies{}
+	mi := &file_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeReplies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeReplies) ProtoMessage() {}
+
+func (x *ProposeReplies) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeReplies.ProtoReflect.Descriptor instead.
+func (*ProposeReplies) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ProposeReplies) GetReplies() []*ProposeReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
+type ProposeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Response      *Response              `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeReply) Reset() {
+	*x = ProposeReply{}
+	mi := &file_lock_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeReply) ProtoMessage() {}
+
+func (x *ProposeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeReply.ProtoReflect.Descriptor instead.
+func (*ProposeReply) Descriptor() ([]byte, []int) {
+	return file_lock_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ProposeReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ProposeReply) GetResponse() *Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 type KeepAliveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Batch         uint64                 `protobuf:"varint,1,opt,name=batch,proto3" json:"batch,omitempty"`
@@ -789,7 +991,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_lock_proto_msgTypes[8]
+	mi := &file_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1003,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[8]
+	mi := &file_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1016,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{8}
+	return file_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeepAliveRequest) GetBatch() uint64 {
@@ -847,7 +1049,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lock_proto_msgTypes[9]
+	mi := &file_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1061,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[9]
+	mi := &file_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1074,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{9}
+	return file_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeepAliveResponse) GetBatch() uint64 {
@@ -930,7 +1132,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_lock_proto_msgTypes[10]
+	mi := &file_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1144,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[10]
+	mi := &file_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1157,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{10}
+	return file_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetAfterName() string {
@@ -993,7 +1195,7 @@ type LockState struct {
 
 func (x *LockState) Reset() {
 	*x = LockState{}
-	mi := &file_lock_proto_msgTypes[11]
+	mi := &file_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1207,7 @@ func (x *LockState) String() string {
 func (*LockState) ProtoMessage() {}
 
 func (x *LockState) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[11]
+	mi := &file_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1220,7 @@ func (x *LockState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockState.ProtoReflect.Descriptor instead.
 func (*LockState) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{11}
+	return file_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LockState) GetName() string {
@@ -1074,7 +1276,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_lock_proto_msgTypes[12]
+	mi := &file_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1288,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[12]
+	mi := &file_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1301,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{12}
+	return file_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockState {
@@ -1128,7 +1330,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_lock_proto_msgTypes[13]
+	mi := &file_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1342,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[13]
+	mi := &file_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1355,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{13}
+	return file_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionState) GetId() uint64 {
@@ -1187,7 +1389,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_proto_msgTypes[14]
+	mi := &file_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1401,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[14]
+	mi := &file_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1414,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{14}
+	return file_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionState {
@@ -1237,7 +1439,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lock_proto_msgTypes[15]
+	mi := &file_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1451,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[15]
+	mi := &file_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1464,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{15}
+	return file_lock_proto_rawDescGZIP(), []int{19}
 }
 
 type StatusResponse struct {
@@ -1278,7 +1480,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lock_proto_msgTypes[16]
+	mi := &file_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1492,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_proto_msgTypes[16]
+	mi := &file_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1505,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_proto_rawDescGZIP(), []int{16}
+	return file_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetId() uint64 {
@@ -1399,7 +1601,18 @@ const file_lock_proto_rawDesc = "" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
 	"\x05value\x18\a \x01(\fR\x05value\x12\x1f\n" +
 	"\vleader_addr\x18\b \x01(\tR\n" +
-	"leaderAddr\"D\n" +
+	"leaderAddr\"@\n" +
+	"\fProposeCalls\x120\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1a.quorumlock.v1.ProposeCallR\x05calls\"g\n" +
+	"\vProposeCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
+	"\arequest\x18\x02 \x01(\v2\x16.quorumlock.v1.RequestR\arequest\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"G\n" +
+	"\x0eProposeReplies\x125\n" +
+	"\areplies\x18\x01 \x03(\v2\x1b.quorumlock.v1.ProposeReplyR\areplies\"S\n" +
+	"\fProposeReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\bresponse\x18\x02 \x01(\v2\x17.quorumlock.v1.ResponseR\bresponse\"D\n" +
 	"\x10KeepAliveRequest\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\x04R\x05batch\x12\x1a\n" +
 	"\bsessions\x18\x02 \x03(\x04R\bsessions\"\xc4\x01\n" +
@@ -1465,9 +1678,10 @@ const file_lock_proto_rawDesc = "" +
 	"\x10CODE_UNAVAILABLE\x10\b2\x90\x01\n" +
 	"\x04Peer\x12@\n" +
 	"\x06Stream\x12\x18.quorumlock.v1.PeerFrame\x1a\x18.quorumlock.v1.PeerFrame(\x010\x01\x12F\n" +
-	"\bSnapshot\x12\x1c.quorumlock.v1.SnapshotChunk\x1a\x1a.quorumlock.v1.SnapshotAck(\x012\x8a\x04\n" +
+	"\bSnapshot\x12\x1c.quorumlock.v1.SnapshotChunk\x1a\x1a.quorumlock.v1.SnapshotAck(\x012\xdb\x04\n" +
 	"\x04Lock\x12:\n" +
-	"\aPropose\x12\x16.quorumlock.v1.Request\x1a\x17.quorumlock.v1.Response\x12E\n" +
+	"\aPropose\x12\x16.quorumlock.v1.Request\x1a\x17.quorumlock.v1.Response\x12O\n" +
+	"\rProposeStream\x12\x1b.quorumlock.v1.ProposeCalls\x1a\x1d.quorumlock.v1.ProposeReplies(\x010\x01\x12E\n" +
 	"\x06Holder\x12\x1c.quorumlock.v1.HolderRequest\x1a\x1d.quorumlock.v1.HolderResponse\x12R\n" +
 	"\tKeepAlive\x12\x1f.quorumlock.v1.KeepAliveRequest\x1a .quorumlock.v1.KeepAliveResponse(\x010\x01\x12E\n" +
 	"\x06Status\x12\x1c.quorumlock.v1.StatusRequest\x1a\x1d.quorumlock.v1.StatusResponse\x12H\n" +
@@ -1488,7 +1702,7 @@ func file_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lock_proto_goTypes = []any{
 	(Op)(0),                      // 0: quorumlock.v1.Op
 	(Code)(0),                    // 1: quorumlock.v1.Code
@@ -1500,15 +1714,19 @@ var file_lock_proto_goTypes = []any{
 	(*Response)(nil),             // 7: quorumlock.v1.Response
 	(*HolderRequest)(nil),        // 8: quorumlock.v1.HolderRequest
 	(*HolderResponse)(nil),       // 9: quorumlock.v1.HolderResponse
-	(*KeepAliveRequest)(nil),     // 10: quorumlock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),    // 11: quorumlock.v1.KeepAliveResponse
-	(*ListRequest)(nil),          // 12: quorumlock.v1.ListRequest
-	(*LockState)(nil),            // 13: quorumlock.v1.LockState
-	(*ListLocksResponse)(nil),    // 14: quorumlock.v1.ListLocksResponse
-	(*SessionState)(nil),         // 15: quorumlock.v1.SessionState
-	(*ListSessionsResponse)(nil), // 16: quorumlock.v1.ListSessionsResponse
-	(*StatusRequest)(nil),        // 17: quorumlock.v1.StatusRequest
-	(*StatusResponse)(nil),       // 18: quorumlock.v1.StatusResponse
+	(*ProposeCalls)(nil),         // 10: quorumlock.v1.ProposeCalls
+	(*ProposeCall)(nil),          // 11: quorumlock.v1.ProposeCall
+	(*ProposeReplies)(nil),       // 12: quorumlock.v1.ProposeReplies
+	(*ProposeReply)(nil),         // 13: quorumlock.v1.ProposeReply
+	(*KeepAliveRequest)(nil),     // 14: quorumlock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),    // 15: quorumlock.v1.KeepAliveResponse
+	(*ListRequest)(nil),          // 16: quorumlock.v1.ListRequest
+	(*LockState)(nil),            // 17: quorumlock.v1.LockState
+	(*ListLocksResponse)(nil),    // 18: quorumlock.v1.ListLocksResponse
+	(*SessionState)(nil),         // 19: quorumlock.v1.SessionState
+	(*ListSessionsResponse)(nil), // 20: quorumlock.v1.ListSessionsResponse
+	(*StatusRequest)(nil),        // 21: quorumlock.v1.StatusRequest
+	(*StatusResponse)(nil),       // 22: quorumlock.v1.StatusResponse
 }
 var file_lock_proto_depIdxs = []int32{
 	2,  // 0: quorumlock.v1.PeerFrame.hello:type_name -> quorumlock.v1.Hello
@@ -1517,32 +1735,38 @@ var file_lock_proto_depIdxs = []int32{
 	0,  // 3: quorumlock.v1.Request.op:type_name -> quorumlock.v1.Op
 	1,  // 4: quorumlock.v1.Response.code:type_name -> quorumlock.v1.Code
 	1,  // 5: quorumlock.v1.HolderResponse.code:type_name -> quorumlock.v1.Code
-	1,  // 6: quorumlock.v1.KeepAliveResponse.code:type_name -> quorumlock.v1.Code
-	13, // 7: quorumlock.v1.ListLocksResponse.locks:type_name -> quorumlock.v1.LockState
-	15, // 8: quorumlock.v1.ListSessionsResponse.sessions:type_name -> quorumlock.v1.SessionState
-	3,  // 9: quorumlock.v1.Peer.Stream:input_type -> quorumlock.v1.PeerFrame
-	4,  // 10: quorumlock.v1.Peer.Snapshot:input_type -> quorumlock.v1.SnapshotChunk
-	6,  // 11: quorumlock.v1.Lock.Propose:input_type -> quorumlock.v1.Request
-	8,  // 12: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
-	10, // 13: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
-	17, // 14: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
-	8,  // 15: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
-	12, // 16: quorumlock.v1.Lock.ListLocks:input_type -> quorumlock.v1.ListRequest
-	12, // 17: quorumlock.v1.Lock.ListSessions:input_type -> quorumlock.v1.ListRequest
-	3,  // 18: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
-	5,  // 19: quorumlock.v1.Peer.Snapshot:output_type -> quorumlock.v1.SnapshotAck
-	7,  // 20: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
-	9,  // 21: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
-	11, // 22: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
-	18, // 23: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
-	9,  // 24: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
-	14, // 25: quorumlock.v1.Lock.ListLocks:output_type -> quorumlock.v1.ListLocksResponse
-	16, // 26: quorumlock.v1.Lock.ListSessions:output_type -> quorumlock.v1.ListSessionsResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 6: quorumlock.v1.ProposeCalls.calls:type_name -> quorumlock.v1.ProposeCall
+	6,  // 7: quorumlock.v1.ProposeCall.request:type_name -> quorumlock.v1.Request
+	13, // 8: quorumlock.v1.ProposeReplies.replies:type_name -> quorumlock.v1.ProposeReply
+	7,  // 9: quorumlock.v1.ProposeReply.response:type_name -> quorumlock.v1.Response
+	1,  // 10: quorumlock.v1.KeepAliveResponse.code:type_name -> quorumlock.v1.Code
+	17, // 11: quorumlock.v1.ListLocksResponse.locks:type_name -> quorumlock.v1.LockState
+	19, // 12: quorumlock.v1.ListSessionsResponse.sessions:type_name -> quorumlock.v1.SessionState
+	3,  // 13: quorumlock.v1.Peer.Stream:input_type -> quorumlock.v1.PeerFrame
+	4,  // 14: quorumlock.v1.Peer.Snapshot:input_type -> quorumlock.v1.SnapshotChunk
+	6,  // 15: quorumlock.v1.Lock.Propose:input_type -> quorumlock.v1.Request
+	10, // 16: quorumlock.v1.Lock.ProposeStream:input_type -> quorumlock.v1.ProposeCalls
+	8,  // 17: quorumlock.v1.Lock.Holder:input_type -> quorumlock.v1.HolderRequest
+	14, // 18: quorumlock.v1.Lock.KeepAlive:input_type -> quorumlock.v1.KeepAliveRequest
+	21, // 19: quorumlock.v1.Lock.Status:input_type -> quorumlock.v1.StatusRequest
+	8,  // 20: quorumlock.v1.Lock.Observe:input_type -> quorumlock.v1.HolderRequest
+	16, // 21: quorumlock.v1.Lock.ListLocks:input_type -> quorumlock.v1.ListRequest
+	16, // 22: quorumlock.v1.Lock.ListSessions:input_type -> quorumlock.v1.ListRequest
+	3,  // 23: quorumlock.v1.Peer.Stream:output_type -> quorumlock.v1.PeerFrame
+	5,  // 24: quorumlock.v1.Peer.Snapshot:output_type -> quorumlock.v1.SnapshotAck
+	7,  // 25: quorumlock.v1.Lock.Propose:output_type -> quorumlock.v1.Response
+	12, // 26: quorumlock.v1.Lock.ProposeStream:output_type -> quorumlock.v1.ProposeReplies
+	9,  // 27: quorumlock.v1.Lock.Holder:output_type -> quorumlock.v1.HolderResponse
+	15, // 28: quorumlock.v1.Lock.KeepAlive:output_type -> quorumlock.v1.KeepAliveResponse
+	22, // 29: quorumlock.v1.Lock.Status:output_type -> quorumlock.v1.StatusResponse
+	9,  // 30: quorumlock.v1.Lock.Observe:output_type -> quorumlock.v1.HolderResponse
+	18, // 31: quorumlock.v1.Lock.ListLocks:output_type -> quorumlock.v1.ListLocksResponse
+	20, // 32: quorumlock.v1.Lock.ListSessions:output_type -> quorumlock.v1.ListSessionsResponse
+	23, // [23:33] is the sub-list for method output_type
+	13, // [13:23] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_lock_proto_init() }
@@ -1556,7 +1780,7 @@ func file_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_proto_rawDesc), len(file_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

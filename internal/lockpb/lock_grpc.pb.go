@@ -167,13 +167,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Lock_Propose_FullMethodName      = "/quorumlock.v1.Lock/Propose"
-	Lock_Holder_FullMethodName       = "/quorumlock.v1.Lock/Holder"
-	Lock_KeepAlive_FullMethodName    = "/quorumlock.v1.Lock/KeepAlive"
-	Lock_Status_FullMethodName       = "/quorumlock.v1.Lock/Status"
-	Lock_Observe_FullMethodName      = "/quorumlock.v1.Lock/Observe"
-	Lock_ListLocks_FullMethodName    = "/quorumlock.v1.Lock/ListLocks"
-	Lock_ListSessions_FullMethodName = "/quorumlock.v1.Lock/ListSessions"
+	Lock_Propose_FullMethodName       = "/quorumlock.v1.Lock/Propose"
+	Lock_ProposeStream_FullMethodName = "/quorumlock.v1.Lock/ProposeStream"
+	Lock_Holder_FullMethodName        = "/quorumlock.v1.Lock/Holder"
+	Lock_KeepAlive_FullMethodName     = "/quorumlock.v1.Lock/KeepAlive"
+	Lock_Status_FullMethodName        = "/quorumlock.v1.Lock/Status"
+	Lock_Observe_FullMethodName       = "/quorumlock.v1.Lock/Observe"
+	Lock_ListLocks_FullMethodName     = "/quorumlock.v1.Lock/ListLocks"
+	Lock_ListSessions_FullMethodName  = "/quorumlock.v1.Lock/ListSessions"
 )
 
 // LockClient is the client API for Lock service.
@@ -185,6 +186,12 @@ const (
 // a leader hint.
 type LockClient interface {
 	Propose(ctx context.Context, in *Request, opts ...grpc.CallOption) (*Response, error)
+	// ProposeStream carries many Propose calls over one stream: a replica
+	// forwarding its sessions' requests to the leader, or a remote client.
+	// Calls go in batches; each is answered by id, in any order, in batches.
+	// A cancel entry ends the server-side wait of a call the client gave up
+	// on (it is not answered then).
+	ProposeStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProposeCalls, ProposeReplies], error)
 	Holder(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (*HolderResponse, error)
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -215,6 +222,19 @@ func (c *lockClient) Propose(ctx context.Context, in *Request, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *lockClient) ProposeStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProposeCalls, ProposeReplies], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Lock_ServiceDesc.Streams[0], Lock_ProposeStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ProposeCalls, ProposeReplies]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Lock_ProposeStreamClient = grpc.BidiStreamingClient[ProposeCalls, ProposeReplies]
+
 func (c *lockClient) Holder(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (*HolderResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HolderResponse)
@@ -227,7 +247,7 @@ func (c *lockClient) Holder(ctx context.Context, in *HolderRequest, opts ...grpc
 
 func (c *lockClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Lock_ServiceDesc.Streams[0], Lock_KeepAlive_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Lock_ServiceDesc.Streams[1], Lock_KeepAlive_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +270,7 @@ func (c *lockClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 
 func (c *lockClient) Observe(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HolderResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Lock_ServiceDesc.Streams[1], Lock_Observe_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Lock_ServiceDesc.Streams[2], Lock_Observe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +316,12 @@ func (c *lockClient) ListSessions(ctx context.Context, in *ListRequest, opts ...
 // a leader hint.
 type LockServer interface {
 	Propose(context.Context, *Request) (*Response, error)
+	// ProposeStream carries many Propose calls over one stream: a replica
+	// forwarding its sessions' requests to the leader, or a remote client.
+	// Calls go in batches; each is answered by id, in any order, in batches.
+	// A cancel entry ends the server-side wait of a call the client gave up
+	// on (it is not answered then).
+	ProposeStream(grpc.BidiStreamingServer[ProposeCalls, ProposeReplies]) error
 	Holder(context.Context, *HolderRequest) (*HolderResponse, error)
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
@@ -318,6 +344,9 @@ type UnimplementedLockServer struct{}
 
 func (UnimplementedLockServer) Propose(context.Context, *Request) (*Response, error) {
 	return nil, status.Error(codes.Unimplemented, "method Propose not implemented")
+}
+func (UnimplementedLockServer) ProposeStream(grpc.BidiStreamingServer[ProposeCalls, ProposeReplies]) error {
+	return status.Error(codes.Unimplemented, "method ProposeStream not implemented")
 }
 func (UnimplementedLockServer) Holder(context.Context, *HolderRequest) (*HolderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Holder not implemented")
@@ -375,6 +404,13 @@ func _Lock_Propose_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Lock_ProposeStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LockServer).ProposeStream(&grpc.GenericServerStream[ProposeCalls, ProposeReplies]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Lock_ProposeStreamServer = grpc.BidiStreamingServer[ProposeCalls, ProposeReplies]
 
 func _Lock_Holder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HolderRequest)
@@ -495,6 +531,12 @@ var Lock_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ProposeStream",
+			Handler:       _Lock_ProposeStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "KeepAlive",
 			Handler:       _Lock_KeepAlive_Handler,

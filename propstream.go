@@ -1,0 +1,177 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// propStream multiplexes Propose calls to one replica over one
+// ProposeStream: calls queued while the previous batch was being sent go
+// out together in one message, and answers come back by id. It replaces a
+// unary RPC per request, which costs a new HTTP/2 stream with its headers
+// on both sides. Once the stream fails every waiting call gets the error
+// and the propStream is discarded (broken); the caller makes a new one.
+type propStream struct {
+	mu      sync.Mutex
+	stream  lockpb.Lock_ProposeStreamClient
+	cancel  context.CancelFunc
+	next    uint64
+	waiters map[uint64]chan *lockpb.Response
+	queue   []*lockpb.ProposeCall
+	kick    chan struct{} // capacity 1: the queue has calls
+	err     error
+}
+
+var errEmptyReply = errors.New("quorumlock: reply without a response")
+
+// openPropStream opens a ProposeStream on cc. Opening waits while cc is
+// connecting, for at most as long as ctx allows.
+func openPropStream(ctx context.Context, cc *grpc.ClientConn) (*propStream, error) {
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	st, err := lockpb.NewLockClient(cc).ProposeStream(sctx)
+	if !stop() {
+		cancel()
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &propStream{
+		stream:  st,
+		cancel:  cancel,
+		waiters: make(map[uint64]chan *lockpb.Response),
+		kick:    make(chan struct{}, 1),
+	}
+	go s.recvLoop(st)
+	go s.sendLoop(sctx, st)
+	return s, nil
+}
+
+func (s *propStream) broken() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil
+}
+
+// call sends req and waits for its answer, the stream's failure (its
+// error) or ctx's end (ctx's error; the server is told to stop waiting).
+// It has the outcomes of a unary Propose: an error leaves the request's
+// fate unknown, and the same request may be sent again.
+func (s *propStream) call(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.next++
+	id := s.next
+	c := make(chan *lockpb.Response, 1)
+	s.waiters[id] = c
+	s.queue = append(s.queue, &lockpb.ProposeCall{Id: id, Request: req})
+	s.mu.Unlock()
+	s.wake()
+	select {
+	case resp, ok := <-c:
+		if !ok {
+			return nil, s.failure()
+		}
+		if resp == nil {
+			return nil, errEmptyReply
+		}
+		return resp, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		if _, waiting := s.waiters[id]; waiting && s.err == nil {
+			delete(s.waiters, id)
+			s.queue = append(s.queue, &lockpb.ProposeCall{Id: id, Cancel: true})
+		}
+		s.mu.Unlock()
+		s.wake()
+		return nil, ctx.Err()
+	}
+}
+
+func (s *propStream) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *propStream) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// sendLoop sends the queued calls, as many per message as fit.
+func (s *propStream) sendLoop(ctx context.Context, st lockpb.Lock_ProposeStreamClient) {
+	for {
+		select {
+		case <-s.kick:
+		case <-ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		batch := s.queue
+		s.queue = nil
+		s.mu.Unlock()
+		for len(batch) > 0 {
+			n := lockpb.BatchLen(batch)
+			if err := st.Send(&lockpb.ProposeCalls{Calls: batch[:n]}); err != nil {
+				s.mu.Lock()
+				s.failLocked(err)
+				s.mu.Unlock()
+				return
+			}
+			batch = batch[n:]
+		}
+	}
+}
+
+func (s *propStream) recvLoop(st lockpb.Lock_ProposeStreamClient) {
+	for {
+		in, err := st.Recv()
+		s.mu.Lock()
+		if err != nil {
+			s.failLocked(err)
+			s.mu.Unlock()
+			return
+		}
+		for _, r := range in.GetReplies() {
+			if c, ok := s.waiters[r.GetId()]; ok {
+				delete(s.waiters, r.GetId())
+				c <- r.GetResponse()
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *propStream) failLocked(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+	for id, c := range s.waiters {
+		close(c)
+		delete(s.waiters, id)
+	}
+	s.queue = nil
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+func (s *propStream) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failLocked(errStreamBroken)
+}
