@@ -107,8 +107,12 @@ type Config struct {
 	// OnFatal is called once, from the node's goroutine, when the node stops
 	// because of a storage error.
 	OnFatal func(error)
-	// SnapshotEntries is how many entries are applied between snapshots.
-	// The default is 10,000.
+	// SnapshotEntries is how many entries are applied between snapshots, at
+	// least: a snapshot is also not taken before the payload applied since
+	// the last one adds up to a quarter of that snapshot's size, so a large
+	// table is not rewritten for a few entries, and the log a restart
+	// replays stays proportional to the table (CockroachDB truncates a
+	// range's log on a similar size ratio). The default is 10,000.
 	SnapshotEntries uint64
 	// CatchUpEntries is how many entries the log keeps behind a snapshot,
 	// so a follower that is a little behind catches up from the log
@@ -208,6 +212,8 @@ type Node struct {
 	inflight   map[uint64]*readRound
 	confState  *raftpb.ConfState // as of the last applied conf change
 	snapIndex  uint64            // index of the latest snapshot (taken or received)
+	snapBytes  int               // size of the latest snapshot's image
+	sinceSnap  int               // payload bytes applied since the latest snapshot was captured
 	snapping   bool              // a snapshot is being written
 	snapc      chan snapResult
 }
@@ -300,6 +306,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.Applied = md.GetIndex()
 		confState = md.GetConfState()
 	}
+	snapBytes := len(snap.GetData())
 	rc := &raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
@@ -355,6 +362,7 @@ func New(cfg Config) (*Node, error) {
 		inflight:  make(map[uint64]*readRound),
 		snapc:     make(chan snapResult, 1),
 		snapIndex: cfg.Applied,
+		snapBytes: snapBytes,
 		confState: confState,
 	}
 	lc := make(chan struct{})
@@ -606,7 +614,7 @@ func (n *Node) fail(err error) {
 // applied since the last one. The state machine captures its state here;
 // the image is written on another goroutine and saved by saveSnapshot.
 func (n *Node) maybeSnapshot(applied uint64) {
-	if n.snapping || applied < n.snapIndex+n.cfg.SnapshotEntries || n.confState == nil {
+	if n.snapping || n.confState == nil || !snapshotDue(applied-min(applied, n.snapIndex), n.sinceSnap, n.snapBytes, n.cfg.SnapshotEntries) {
 		return
 	}
 	index, write := n.cfg.StateMachine.Snapshot()
@@ -616,6 +624,7 @@ func (n *Node) maybeSnapshot(applied uint64) {
 		return
 	}
 	n.snapping = true
+	n.sinceSnap = 0
 	conf := proto.Clone(n.confState).(*raftpb.ConfState)
 	go func() {
 		var buf bytes.Buffer
@@ -625,6 +634,14 @@ func (n *Node) maybeSnapshot(applied uint64) {
 		case <-n.stopc:
 		}
 	}()
+}
+
+// snapshotDue reports whether a snapshot is due after entries entries with
+// payload bytes were applied since the last one, whose image had lastImage
+// bytes: at least every entries, and not before the payload reaches a
+// quarter of the last image (see Config.SnapshotEntries).
+func snapshotDue(entries uint64, payload, lastImage int, every uint64) bool {
+	return entries >= every && payload >= lastImage/4
 }
 
 // saveSnapshot makes a written snapshot durable, then compacts the log
@@ -650,6 +667,7 @@ func (n *Node) saveSnapshot(r snapResult) error {
 	}
 	n.failpoint(FailpointAfterSnapshotSave)
 	n.snapIndex = r.index
+	n.snapBytes = len(r.data)
 	if r.index > n.cfg.CatchUpEntries {
 		if err := n.cfg.Storage.Compact(r.index - n.cfg.CatchUpEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("raftnode: compacting to %d: %w", r.index-n.cfg.CatchUpEntries, err)
@@ -782,6 +800,8 @@ func (n *Node) save(rd *raft.Ready) error {
 		}
 		n.confState = md.GetConfState()
 		n.snapIndex = md.GetIndex()
+		n.snapBytes = len(rd.Snapshot.GetData())
+		n.sinceSnap = 0
 		n.setApplied(md.GetIndex())
 	}
 	if err := n.cfg.Storage.Save(rd.HardState, rd.Entries); err != nil {
@@ -882,6 +902,9 @@ func (n *Node) apply(ents []*raftpb.Entry) {
 		}
 	}
 	n.cfg.StateMachine.Apply(ents)
+	for _, e := range ents {
+		n.sinceSnap += len(e.GetData())
+	}
 	last := ents[len(ents)-1].GetIndex()
 	if n.isLeader && n.readyTerm == 0 {
 		for _, e := range ents {

@@ -476,3 +476,25 @@ func TestProposeOnFollower(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotDue: snapshots come every SnapshotEntries entries, but not
+// before the payload applied since the last one reaches a quarter of its
+// image, so a large table is not rewritten for a few entries.
+func TestSnapshotDue(t *testing.T) {
+	for _, c := range []struct {
+		entries        uint64
+		payload, image int
+		want           bool
+	}{
+		{entries: 9, payload: 1 << 20, image: 0, want: false}, // too few entries
+		{entries: 10, payload: 0, image: 0, want: true},       // first snapshot
+		{entries: 10, payload: 400, image: 1000, want: true},  // small table
+		{entries: 10, payload: 1000, image: 20 << 20, want: false},
+		{entries: 90_000, payload: 5 << 20, image: 20 << 20, want: true},
+		{entries: 90_000, payload: 5<<20 - 1, image: 20 << 20, want: false},
+	} {
+		if got := snapshotDue(c.entries, c.payload, c.image, 10); got != c.want {
+			t.Errorf("snapshotDue(%d entries, %d bytes, image %d) = %v, want %v", c.entries, c.payload, c.image, got, c.want)
+		}
+	}
+}
