@@ -3,7 +3,6 @@ package quorumlock
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
@@ -15,8 +14,10 @@ type Lock struct {
 	name  string
 	token Token
 
-	lostOnce sync.Once
-	lost     chan struct{}
+	// Guarded by s.mu. The channel is made on the first call of Lost: most
+	// holders never ask, and a channel costs more than the rest of a Lock.
+	lost chan struct{}
+	gone bool // lost, or closed as soon as it is made
 }
 
 // Name returns the lock's name.
@@ -35,9 +36,28 @@ func (l *Lock) Session() *Session { return l.s }
 // or past its client-side lease), or the Node closed. Stop using the
 // protected resource when it closes; the fencing token protects against the
 // window in which this notice is late (a paused process).
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+func (l *Lock) Lost() <-chan struct{} {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.gone {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
 
-func (l *Lock) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
+func (l *Lock) markLost() {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.gone {
+		l.gone = true
+		if l.lost != nil {
+			close(l.lost)
+		}
+	}
+}
 
 // Release frees the lock if this grant is still current; the next waiter is
 // granted with a larger token. The release names the token (DESIGN.md

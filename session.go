@@ -407,7 +407,7 @@ func (s *Session) granted(name string, t Token) (*Lock, error) {
 	if l, ok := s.locks[name]; ok && l.token == t {
 		return l, nil
 	}
-	l := &Lock{s: s, name: name, token: t, lost: make(chan struct{})}
+	l := &Lock{s: s, name: name, token: t}
 	s.locks[name] = l
 	return l, nil
 }
