@@ -11,7 +11,8 @@ import (
 )
 
 // The public path on a real 3-replica cluster on loopback (fsync on). Only
-// benchmarks live here, so `go test ./...` runs nothing of this package.
+// benchmarks live here, so `go test ./...` runs none of them (the tests of
+// this package, in the other files, are quick and start no cluster).
 //
 //	go test -run '^$' -bench . ./bench
 

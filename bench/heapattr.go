@@ -11,8 +11,9 @@ import (
 // system that allocated it: the innermost stack frame that belongs to one of
 // the given prefixes names the part. Frames of neither count as "other".
 //
-// It splits the whole-process heap delta of memory_1m into the replicas'
-// lock tables and the clients' handles, which share the process.
+// It splits the heap delta of memory_1m by the side that allocated it:
+// replicas, clients (etcd's, which share the process), the bench's own
+// code, other (gRPC, runtime, ...).
 func heapParts(parts map[string][]string) map[string]float64 {
 	n, _ := runtime.MemProfile(nil, false)
 	var recs []runtime.MemProfileRecord
@@ -61,16 +62,18 @@ func classify(stk []uintptr, parts map[string][]string) string {
 // Where quorumlock and etcd allocate: the replica side (lock table, raft,
 // storage, transport, server) and the client side (sessions, lock handles).
 var (
-	qlParts = map[string][]string{
+	// quorumlock's memory_1m process holds replicas only (its clients run
+	// in a child process), so the root package there is the Node, its gRPC
+	// service and its router: replica side too.
+	qlReplicaParts = map[string][]string{
 		"replica": {
 			"github.com/quorumlock/quorumlock/internal/",
 			"github.com/quorumlock/quorumlock/raftnode",
 			"github.com/quorumlock/quorumlock/storage",
 			"github.com/quorumlock/quorumlock/transport",
+			"github.com/quorumlock/quorumlock.",
 		},
-		// The root package: Session, Lock, the heartbeater and the router.
-		"client": {"github.com/quorumlock/quorumlock."},
-		"bench":  {"main."},
+		"bench": {"main."},
 	}
 	etcdParts = map[string][]string{
 		"replica": {"go.etcd.io/etcd/server/", "go.etcd.io/raft/", "go.etcd.io/bbolt"},

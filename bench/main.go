@@ -3,7 +3,9 @@
 // and an embedded etcd v3 cluster driven through client/v3 and its
 // concurrency Mutex and leases, one after the other, in this process, on
 // this machine, on loopback, with fsync on for both and the same raft
-// timing (100 ms ticks, 1 s election timeout).
+// timing (100 ms ticks, 1 s election timeout). memory_1m runs quorumlock's
+// clients in a child process (this binary, re-executed; see memClientCmd)
+// so that this process's heap holds only the replicas.
 //
 //	go run ./bench                        # every scenario, full size (~15 min)
 //	go run ./bench -quick -json out.json  # every scenario, scaled down (< 3 min)
@@ -122,6 +124,11 @@ func yesNo(b bool) string {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == memClientCmd {
+		// The client process of memory_1m (hidden; see memClientCmd).
+		grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+		os.Exit(memClientMain(os.Args[2:], os.Stdin, os.Stdout))
+	}
 	var (
 		quick      = flag.Bool("quick", false, "run every scenario briefly, with 100k/1M scaled down (under 3 minutes)")
 		only       = flag.String("scenarios", "", "comma-separated scenarios to run (default: all)")

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,10 +13,12 @@ import (
 )
 
 // Memory holds p.memLocks locks over p.memSessions sessions and reports the
-// growth of the live Go heap of the whole process per (lock x replica):
-// every replica and every client of the benchmark share this process, so
-// the delta covers three lock tables plus the client-side Lock handles.
-// Sessions get the longest TTL so that heartbeats are rare.
+// growth of the live Go heap of this process per (lock x replica). The
+// sessions and their Lock handles live in a separate client process (this
+// binary re-executed, see memClientCmd) that reaches the replicas over gRPC
+// through quorumlock.Dial, so this process holds the three replicas and
+// nothing of the clients: the delta is the lock service's memory. Sessions
+// get the longest TTL so that heartbeats are rare.
 func (qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
 	dir, err := os.MkdirTemp(p.dir, "ours-")
 	if err != nil {
@@ -29,39 +31,63 @@ func (qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
 	}
 	defer c.Close()
 	hBase := stableHeap()
-	partsBase := heapParts(qlParts)
-	ss, err := c.openSessions(ctx, p.memSessions, c.all(), quorumlock.WithTTL(quorumlock.MaxSessionTTL))
+	partsBase := heapParts(qlReplicaParts)
+	per := p.memLocks / p.memSessions
+	mc, err := startMemClient(memClientConfig{
+		addrs:    c.addrs(),
+		sessions: p.memSessions,
+		per:      per,
+		ttl:      quorumlock.MaxSessionTTL,
+		workers:  256,
+	})
 	if err != nil {
 		return measure{}, err
+	}
+	defer mc.kill()
+	f, err := mc.expect(ctx, "SESSIONS")
+	if err != nil {
+		return measure{}, err
+	}
+	ch, err := parseUints(f)
+	if err != nil || len(ch) != 2 {
+		return measure{}, fmt.Errorf("client process: malformed SESSIONS line %q", f)
 	}
 	h0 := stableHeap()
-	parts0 := heapParts(qlParts)
-	per := p.memLocks / len(ss)
-	pr := newProgress("acquire locks", per*len(ss))
+	parts0 := heapParts(qlReplicaParts)
 	p.prof.start()
-	err = parallel(ctx, len(ss), 256, func(ctx context.Context, i int) error {
-		for j := range per {
-			if _, err := ss[i].Acquire(ctx, fmt.Sprintf("m/%d/%d", i, j)); err != nil {
-				return err
-			}
-		}
-		pr.add(per)
-		return nil
-	})
+	if err := mc.send("GO"); err != nil {
+		return measure{}, fmt.Errorf("client process: %w", err)
+	}
+	f, err = mc.expect(ctx, "READY")
 	p.prof.stop()
-	el := pr.finish()
 	if err != nil {
 		return measure{}, err
 	}
+	if len(f) != 3 {
+		return measure{}, fmt.Errorf("client process: malformed READY line %q", f)
+	}
+	rate, err1 := strconv.ParseFloat(f[0], 64)
+	cl, err2 := parseUints(f[1:])
+	if err1 != nil || err2 != nil {
+		return measure{}, fmt.Errorf("client process: malformed READY line %q", f)
+	}
+	locks := int(cl[0])
 	h1 := stableHeap()
-	parts := heapPartsDelta(parts0, heapParts(qlParts))
+	parts := heapPartsDelta(parts0, heapParts(qlReplicaParts))
 	p.prof.heap()
-	locks := per * len(ss)
-	runtime.KeepAlive(ss)
-	m := memMeasure(hBase, h0, h1, parts, len(ss), locks, 3, float64(locks)/el.Seconds())
+	// The locks were held throughout: the client fails if a session ended.
+	if err := mc.stop(30 * time.Second); err != nil {
+		return measure{}, fmt.Errorf("client process: %w", err)
+	}
+	m := memMeasure(hBase, h0, h1, parts, p.memSessions, locks, 3, rate)
+	m.extra["scope"] = "live Go heap of the bench process, which holds the 3 replicas only (sessions and Lock handles live in a child client process, over gRPC), divided by locks x replicas"
 	sp := heapPartsDelta(partsBase, parts0)
-	m.extra["replica_bytes_per_session_x_replica"] = sp["replica"] / float64(len(ss)*3)
-	m.extra["client_bytes_per_session"] = sp["client"] / float64(len(ss))
+	m.extra["replica_bytes_per_session_x_replica"] = sp["replica"] / float64(p.memSessions*3)
+	// The client side, measured in the client process (its own live heap):
+	// not part of the value.
+	m.extra["client_bytes_per_lock"] = (float64(cl[1]) - float64(ch[1])) / float64(locks)
+	m.extra["client_bytes_per_session"] = (float64(ch[1]) - float64(ch[0])) / float64(p.memSessions)
+	m.extra["client_process_heap_with_locks_bytes"] = cl[1]
 	return m, nil
 }
 
@@ -76,7 +102,7 @@ func memMeasure(hBase, h0, h1 uint64, parts map[string]float64, sessions, locks,
 			"heap_with_sessions_bytes": h0,
 			"heap_with_locks_bytes":    h1,
 			"acquires_per_s":           rate,
-			"scope":                    "live Go heap of the whole process (every replica and client) divided by locks x replicas",
+			"scope":                    "live Go heap of the whole process (every member and client) divided by locks x replicas",
 		},
 	}
 	// The split by allocation site (sampled heap profile).

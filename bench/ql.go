@@ -211,6 +211,15 @@ func (c *qlCluster) followers(leader int) []int {
 	return out
 }
 
+// addrs returns the replicas' addresses (peers and clients), by ID.
+func (c *qlCluster) addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i := range out {
+		out[i] = c.peers[uint64(i+1)]
+	}
+	return out
+}
+
 func (c *qlCluster) all() []int {
 	out := make([]int, len(c.nodes))
 	for i := range out {
