@@ -19,6 +19,7 @@ type loopResult struct {
 	acq, rel []time.Duration // latencies of cycles that started inside it
 	errors   int64
 	firstErr error
+	cpu      time.Duration // process CPU time (user + system) in the window
 }
 
 // maxSamples bounds the latencies kept per client.
@@ -92,7 +93,9 @@ func runLoop(ctx context.Context, p *params, lockers []locker, name func(i int) 
 	}
 	sleepUntil(ctx, mStart)
 	p.prof.start()
+	cpu0 := cpuTime()
 	sleepUntil(ctx, end)
+	res.cpu = cpuTime() - cpu0
 	p.prof.stop()
 	wg.Wait()
 	res.window = p.duration
@@ -112,6 +115,11 @@ func (r loopResult) extra(m map[string]any) map[string]any {
 	m["acquire_p99_ms"] = ms(percentile(r.acq, 99))
 	m["release_p50_ms"] = ms(percentile(r.rel, 50))
 	m["window_s"] = r.window.Seconds()
+	if r.cycles > 0 {
+		// The whole process: every replica and every client.
+		m["cpu_us_per_cycle"] = float64(r.cpu.Microseconds()) / float64(r.cycles)
+		m["process_cores_busy"] = r.cpu.Seconds() / r.window.Seconds()
+	}
 	m["errors"] = r.errors
 	if r.firstErr != nil {
 		m["first_error"] = r.firstErr.Error()

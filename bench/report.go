@@ -131,6 +131,8 @@ func (r *row) notes() []string {
 	case "uncontended_64", "uncontended_256", "five_replicas", "handoff_16":
 		both("acquire p50 ms", "acquire_p50_ms")
 		both("acquire p99 ms", "acquire_p99_ms")
+		both("process CPU us per cycle (all replicas and clients)", "cpu_us_per_cycle")
+		both("process cores busy", "process_cores_busy")
 		both("errors", "errors")
 	case "latency_1":
 		out = append(out, fmt.Sprintf("fsync (write 100 B + fdatasync) p50 %.3f ms, p99 %.3f ms -> goal p50 <= %.3f ms", r.fsyncP50, r.fsyncP99, r.fsyncP50+0.5))
