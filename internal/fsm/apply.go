@@ -100,7 +100,7 @@ func (m *Machine) openSession(index uint64, cmd *Command) Result {
 	}
 	// Session IDs are indexes, and Apply only accepts indexes above every
 	// earlier one, so index is not a live session's ID.
-	m.sessions[index] = &session{ttl: cmd.TTL}
+	m.addSession(index, &session{ttl: cmd.TTL})
 	return Result{Code: CodeOK, Session: index}
 }
 
@@ -358,7 +358,7 @@ func (m *Machine) endSessions(index uint64, ids []uint64) []Event {
 				ev = append(ev, e)
 			}
 		}
-		delete(m.sessions, id)
+		m.removeSession(id)
 		ev = append(ev, Event{Kind: EventSessionEnded, Session: id})
 	}
 	return ev

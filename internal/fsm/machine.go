@@ -30,6 +30,12 @@ type Machine struct {
 	applied uint64
 
 	sessions map[uint64]*session
+	// order lists the live sessions by ID: IDs are the indexes of their
+	// opening entries, so a new session goes at the end, and an ended one
+	// is only marked (nil) until half the slots are dead. Snapshots and the
+	// sorted listings walk it instead of sorting the map's keys.
+	order []sessionRef
+	dead  int // ended sessions still in order
 	// locks holds only held locks: a lock without a holder has no entry (a
 	// lock with waiters always has a holder, because a free lock is granted
 	// at once).
@@ -43,6 +49,43 @@ type Machine struct {
 	// without values (the common case) cost nothing here.
 	values     map[string][]byte
 	waitValues map[waitKey][]byte
+}
+
+type sessionRef struct {
+	id uint64
+	s  *session // nil once the session ended
+}
+
+// addSession records a new session, whose ID is above every live one.
+func (m *Machine) addSession(id uint64, s *session) {
+	m.sessions[id] = s
+	m.order = append(m.order, sessionRef{id, s})
+}
+
+// removeSession forgets the live session id.
+func (m *Machine) removeSession(id uint64) {
+	delete(m.sessions, id)
+	i, ok := slices.BinarySearchFunc(m.order, id, func(r sessionRef, id uint64) int { return cmp.Compare(r.id, id) })
+	if !ok || m.order[i].s == nil {
+		return
+	}
+	m.order[i].s = nil
+	m.dead++
+	if m.dead > len(m.order)/2 {
+		m.order = slices.DeleteFunc(m.order, func(r sessionRef) bool { return r.s == nil })
+		m.dead = 0
+	}
+}
+
+// liveAfter calls f for every live session with an ID above after, in ID
+// order, until f returns false.
+func (m *Machine) liveAfter(after uint64, f func(id uint64, s *session) bool) {
+	i, _ := slices.BinarySearchFunc(m.order, after+1, func(r sessionRef, id uint64) int { return cmp.Compare(r.id, id) })
+	for _, r := range m.order[i:] {
+		if r.s != nil && !f(r.id, r.s) {
+			return
+		}
+	}
 }
 
 type waitKey struct {
@@ -154,15 +197,14 @@ func (m *Machine) Locks(after string, limit int) (out []LockInfo, more bool) {
 // SessionsAfter returns up to limit live sessions with IDs above after, in
 // ID order, and whether more follow.
 func (m *Machine) SessionsAfter(after uint64, limit int) (out []SessionInfo, more bool) {
-	for id, s := range m.sessions {
-		if id > after {
-			out = append(out, SessionInfo{ID: id, TTL: s.ttl})
+	m.liveAfter(after, func(id uint64, s *session) bool {
+		if len(out) == limit {
+			more = true
+			return false
 		}
-	}
-	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
-	if len(out) > limit {
-		out, more = out[:limit], true
-	}
+		out = append(out, SessionInfo{ID: id, TTL: s.ttl})
+		return true
+	})
 	return out, more
 }
 
@@ -198,10 +240,10 @@ func (m *Machine) Sessions() []SessionInfo {
 		return nil
 	}
 	out := make([]SessionInfo, 0, len(m.sessions))
-	for id, s := range m.sessions {
+	m.liveAfter(0, func(id uint64, s *session) bool {
 		out = append(out, SessionInfo{ID: id, TTL: s.ttl})
-	}
-	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
+		return true
+	})
 	return out
 }
 

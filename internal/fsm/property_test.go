@@ -102,6 +102,7 @@ func (h *harness) step(rt *rapid.T) {
 		// Machine b continues from a snapshot of itself: a restored
 		// machine must be indistinguishable from the one that wrote it.
 		h.b = roundTrip(rt, h.b)
+		checkSessionOrder(rt, h.b)
 		return
 	}
 	cmd := h.command(rt)
@@ -332,9 +333,35 @@ func (h *harness) checkRetry(rt *rapid.T, cmd *Command, prior remembered, res Re
 	}
 }
 
+// checkSessionOrder checks that the ordered session list matches the
+// session map: every live session once, in increasing ID order, and the
+// count of dead slots right.
+func checkSessionOrder(rt *rapid.T, m *Machine) {
+	live, dead, prev := 0, 0, uint64(0)
+	for _, r := range m.order {
+		if r.id <= prev {
+			rt.Fatalf("session order not increasing: %d after %d", r.id, prev)
+		}
+		prev = r.id
+		if r.s == nil {
+			dead++
+			continue
+		}
+		live++
+		if m.sessions[r.id] != r.s {
+			rt.Fatalf("session %d in order is not the live one", r.id)
+		}
+	}
+	if live != len(m.sessions) || dead != m.dead {
+		rt.Fatalf("order has %d live and %d dead slots; %d sessions, %d dead counted", live, dead, len(m.sessions), m.dead)
+	}
+}
+
 // checkHolders checks the read API against itself: every held lock appears
 // in exactly its holder's SessionLocks.
 func (h *harness) checkHolders(rt *rapid.T) {
+	checkSessionOrder(rt, h.a)
+	checkSessionOrder(rt, h.b)
 	n := 0
 	for _, s := range h.a.Sessions() {
 		for _, li := range h.a.SessionLocks(s.ID) {

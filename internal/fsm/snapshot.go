@@ -50,14 +50,8 @@ func (m *Machine) Snapshot() *Snapshot {
 	b := append([]byte(nil), snapshotMagic...)
 	b = binary.AppendUvarint(b, m.applied)
 
-	ids := make([]uint64, 0, len(m.sessions))
-	for id := range m.sessions {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	b = binary.AppendUvarint(b, uint64(len(ids)))
-	for _, id := range ids {
-		s := m.sessions[id]
+	b = binary.AppendUvarint(b, uint64(len(m.sessions)))
+	m.liveAfter(0, func(id uint64, s *session) bool {
 		b = binary.AppendUvarint(b, id)
 		b = binary.AppendVarint(b, s.ttl)
 		b = binary.AppendUvarint(b, s.done)
@@ -68,7 +62,8 @@ func (m *Machine) Snapshot() *Snapshot {
 			b = append(b, byte(o.code))
 			b = appendString(b, o.name)
 		}
-	}
+		return true
+	})
 
 	b = binary.AppendUvarint(b, uint64(len(m.queues)))
 	for _, name := range sortedKeys(m.queues) {
@@ -183,8 +178,11 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 				d.fail("duplicate or zero session %d", id)
 			}
 			m.sessions[id] = s
+			m.order = append(m.order, sessionRef{id, s})
 		}
 	}
+	// Images list sessions by ID; keep order sorted whatever the input.
+	slices.SortFunc(m.order, func(a, b sessionRef) int { return cmp.Compare(a.id, b.id) })
 	for range d.count("queues", 2) {
 		name := d.name()
 		ids := d.ids()
