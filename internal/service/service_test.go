@@ -18,6 +18,7 @@ import (
 // fakeRaft is a single-replica log: a proposal is appended and, unless
 // held, applied at once.
 type fakeRaft struct {
+	applyMu sync.Mutex // held across a proposal's index assignment and apply
 	mu      sync.Mutex
 	svc     *Service
 	index   uint64
@@ -30,6 +31,9 @@ type fakeRaft struct {
 }
 
 func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
+	// Concurrent proposals apply in index order, as raft applies them.
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
 	f.mu.Lock()
 	f.index++
 	e := &raftpb.Entry{Index: new(f.index), Term: new(f.term), Type: raftpb.EntryNormal.Enum(), Data: data}
