@@ -498,3 +498,45 @@ func TestSnapshotDue(t *testing.T) {
 		}
 	}
 }
+
+// TestCampaignOnLostLeaderConnection: a follower told that its leader's
+// connection broke (the transport's ReportUnreachable) campaigns at the
+// next tick and every tick after. When every follower lost the leader (it
+// died), they elect a new one within a few ticks instead of waiting a random
+// one to two election timeouts; when one follower alone lost its connection
+// to a live leader, nothing changes (the other follower refuses the
+// pre-vote while it hears from the leader, CheckQuorum's lease).
+func TestCampaignOnLostLeaderConnection(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	term := c.nodes[lead].Status().Term
+
+	f := c.others(lead)[0]
+	c.nodes[f].ReportUnreachable(lead)
+	for range 3 * electionTicks {
+		c.clk.tick()
+		time.Sleep(200 * time.Microsecond)
+	}
+	if st := c.nodes[lead].Status(); st.State != raft.StateLeader || st.Term != term {
+		t.Fatalf("one follower's report about a live leader disrupted it: %+v (term was %d)", st, term)
+	}
+	if st := c.nodes[f].Status(); st.Leader != lead || st.Term != term {
+		t.Fatalf("the follower that reported the live leader did not return to it: %+v", st)
+	}
+
+	c.isolate(lead)
+	rest := c.others(lead)
+	for _, id := range rest {
+		c.nodes[id].ReportUnreachable(lead)
+	}
+	ticks := 0
+	c.tickUntil("a new leader", func() bool {
+		ticks++
+		return c.leaderAmong(rest) != 0
+	})
+	if ticks >= electionTicks {
+		t.Errorf("a new leader took %d ticks after the reports; without them it takes at least an election timeout (%d)", ticks, electionTicks)
+	}
+}
