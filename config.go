@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/quorumlock/quorumlock/clock"
@@ -68,6 +69,15 @@ type Config struct {
 
 	// Logger receives the replica's logs. nil: no logging.
 	Logger *zap.Logger
+	// Metrics, when set, receives the replica's Prometheus metrics, all
+	// named quorumlock_* and labelled member="<ID>" (so the replicas of
+	// one process may share a registry): raft term, leadership, commit and
+	// applied index; live sessions and held locks; session requests by op
+	// and result code with their latency; heartbeats answered; sessions
+	// expired; log write latency and entries; snapshots. Close unregisters
+	// them. Registering the same member twice in one registry fails Start
+	// with ErrInvalidConfig. nil: no metrics.
+	Metrics prometheus.Registerer
 
 	// Clock is the time source for ticks, session timers and client leases.
 	// The default is clock.Real(). Tests may pass a clock.Manual.

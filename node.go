@@ -43,6 +43,7 @@ type Node struct {
 	lis       net.Listener
 	router    *router
 	hb        *heartbeater
+	metrics   *nodeMetrics // nil without Config.Metrics
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -118,7 +119,9 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		serveDone: make(chan struct{}),
 	}
 	n.baseCtx, n.cancel = context.WithCancelCause(context.Background())
+	n.metrics = newNodeMetrics(cfg.Metrics, n)
 	n.svc = service.New(service.Config{
+		Hooks: n.metrics.serviceHooks(),
 		Peers: cfg.Peers,
 		Limits: fsm.Limits{
 			MaxNameBytes:       cfg.MaxNameBytes,
@@ -175,6 +178,8 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		ElectionTicks:   cfg.ElectionTicks,
 		SnapshotEntries: cfg.SnapshotEntries,
 		Logger:          n.log,
+		OnSave:          n.metrics.onSave(),
+		OnSnapshot:      n.metrics.onSnapshot(),
 		OnFatal: func(err error) {
 			n.log.Error("replica stopped: storage failure", zap.Error(err))
 			go n.Close()
@@ -186,6 +191,10 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n.svc.Bind(n.raft)
 	n.raftReady.Store(n.raft)
+	if err = n.metrics.register(); err != nil {
+		tr.Close()
+		return nil, err
+	}
 
 	lis := cfg.Listener
 	if lis == nil {
@@ -347,6 +356,7 @@ func (n *Node) Close() error {
 		if fatal := n.raft.Err(); fatal != nil {
 			err = errors.Join(err, fatal)
 		}
+		n.metrics.unregister()
 		n.log.Info("replica stopped")
 	})
 	return err

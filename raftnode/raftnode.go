@@ -119,6 +119,13 @@ type Config struct {
 	// instead of a snapshot (etcd keeps 5,000). The default is half of
 	// SnapshotEntries, at most 5,000.
 	CatchUpEntries uint64
+	// OnSave, when set, is called on the node's goroutine after every Save
+	// of a Ready with how long it took and how many entries it wrote
+	// (metrics). It must not block or call into the node.
+	OnSave func(d time.Duration, entries int)
+	// OnSnapshot, when set, is called on the node's goroutine after a
+	// snapshot this node took is durable, with its image size in bytes.
+	OnSnapshot func(bytes int)
 	// Failpoint, when set, is called on the node's goroutine with the name
 	// of each Failpoint* point the Ready loop and a snapshot save pass. It
 	// exists for crash tests, like etcd's gofail points: the test copies
@@ -705,6 +712,9 @@ func (n *Node) saveSnapshot(r snapResult) error {
 		}
 	}
 	n.log.Info("snapshot saved", zap.Uint64("index", r.index), zap.Int("bytes", len(r.data)))
+	if n.cfg.OnSnapshot != nil {
+		n.cfg.OnSnapshot(len(r.data))
+	}
 	return nil
 }
 
@@ -838,8 +848,12 @@ func (n *Node) save(rd *raft.Ready) error {
 		n.sinceSnap = 0
 		n.setApplied(md.GetIndex())
 	}
+	start := time.Now()
 	if err := n.cfg.Storage.Save(rd.HardState, rd.Entries); err != nil {
 		return fmt.Errorf("raftnode: saving %d entries: %w", len(rd.Entries), err)
+	}
+	if n.cfg.OnSave != nil && (len(rd.Entries) > 0 || rd.HardState != nil) {
+		n.cfg.OnSave(time.Since(start), len(rd.Entries))
 	}
 	n.failpoint(FailpointAfterSave)
 	return nil

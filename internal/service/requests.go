@@ -14,7 +14,15 @@ import (
 // set, until it is granted, its session ends, leadership is lost or ctx ends
 // (ctx's error is returned; the request stays queued and a retry with the
 // same (session, seq) finds it). It is also the gRPC handler.
-func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, err error) {
+	if h := s.cfg.Hooks.Request; h != nil {
+		start := time.Now()
+		defer func() { h(req.GetOp(), resp, err, time.Since(start)) }()
+	}
+	return s.propose(ctx, req)
+}
+
+func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
 		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, nil
 	}
@@ -239,6 +247,9 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 	}
 	s.mu.Unlock()
 	if len(candidates) == 0 {
+		if h := s.cfg.Hooks.Heartbeats; h != nil {
+			h(0, len(gone))
+		}
 		return nil, gone, lockpb.Code_CODE_OK, 0
 	}
 	if err := s.linearize(ctx); err != nil {
@@ -257,6 +268,9 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 		} else {
 			alive = append(alive, id)
 		}
+	}
+	if h := s.cfg.Hooks.Heartbeats; h != nil {
+		h(len(alive), len(gone))
 	}
 	return alive, gone, lockpb.Code_CODE_OK, 0
 }

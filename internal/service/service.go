@@ -49,6 +49,20 @@ type Config struct {
 	Logger *zap.Logger
 	// Peers maps member IDs to addresses, for leader hints to clients.
 	Peers map[uint64]string
+	// Hooks for metrics (nil: none); they must not block.
+	Hooks Hooks
+}
+
+// Hooks report what the service did, for metrics. Each may be nil.
+type Hooks struct {
+	// Request: one Propose call answered (resp) or ended by its context
+	// (err), after d.
+	Request func(op lockpb.Op, resp *lockpb.Response, err error, d time.Duration)
+	// Heartbeats: a heartbeat batch answered as the ready leader: alive
+	// sessions acknowledged, gone ones reported ended.
+	Heartbeats func(alive, gone int)
+	// Expired: an Expire entry for n sessions was proposed.
+	Expired func(n int)
 }
 
 // Service is one replica's lock table and client API handler.
@@ -304,6 +318,17 @@ func (s *Service) expireDue() {
 		return
 	}
 	s.log.Debug("proposed expiry", zap.Int("sessions", len(ids)), zap.Uint64("term", term))
+	if s.cfg.Hooks.Expired != nil {
+		s.cfg.Hooks.Expired(len(ids))
+	}
+}
+
+// Counts returns the number of live sessions and held locks (roles
+// included).
+func (s *Service) Counts() (sessions, locks int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.NumSessions(), s.m.NumLocks()
 }
 
 // readyCode reports whether this replica may take requests now.
