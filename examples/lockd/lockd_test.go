@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -446,5 +449,51 @@ func TestSettingsFileAndFlags(t *testing.T) {
 	}
 	if _, _, err := (&settings{ID: 1, Peers: peerList{1: "a:1"}}).config(); err == nil {
 		t.Error("config without -data accepted")
+	}
+}
+
+// TestMetricsEndpoint: -metrics serves the replica's quorumlock_* metrics
+// (and the Go runtime's) over HTTP; exactly one replica reports itself
+// leader.
+func TestMetricsEndpoint(t *testing.T) {
+	addrs := map[uint64]string{}
+	for id := uint64(1); id <= 3; id++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[id] = l.Addr().String()
+		l.Close()
+	}
+	c := newCluster(t, proctest.Options{Args: func(id uint64) []string { return []string{"-metrics", addrs[id]} }})
+	c.WaitLeader(10 * time.Second)
+	leaders := 0
+	for id, addr := range addrs {
+		var body string
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + "/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+				if strings.Contains(body, "quorumlock_raft_term") {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d: no quorumlock metrics at %s (last error %v)", id, addr, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(body, "go_goroutines") {
+			t.Errorf("replica %d: no Go runtime metrics", id)
+		}
+		if strings.Contains(body, fmt.Sprintf("quorumlock_raft_leader{member=\"%d\"} 1", id)) {
+			leaders++
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d replicas report quorumlock_raft_leader 1, want 1", leaders)
 	}
 }

@@ -25,6 +25,9 @@
 // is closed; clients move on to the other replicas) with exit status 0; a
 // second signal kills it at once. Exit status 2 is a usage or
 // configuration error, 1 a failure to start.
+//
+// With -metrics ADDR it serves the replica's Prometheus metrics (and the Go
+// runtime's and the process's) at http://ADDR/metrics.
 package main
 
 import (
@@ -36,10 +39,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -70,6 +78,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// still ends with status 0.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+
+	if s.Metrics != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		cfg.Metrics = reg
+		lis, err := net.Listen("tcp", s.Metrics)
+		if err != nil {
+			fmt.Fprintln(stderr, "lockd: -metrics:", err)
+			return 2
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(lis) }()
+		defer srv.Close()
+		log.Info("serving metrics", zap.String("addr", lis.Addr().String()))
+	}
 
 	node, err := quorumlock.Start(ctx, cfg)
 	if err != nil && ctx.Err() != nil {

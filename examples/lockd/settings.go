@@ -29,6 +29,7 @@ type settings struct {
 	TLSKey        string   `json:"tls_key"`
 	TLSCA         string   `json:"tls_ca"`
 	LogLevel      string   `json:"log_level"`
+	Metrics       string   `json:"metrics"`
 }
 
 // defaults are the library's defaults, spelled out so that -help shows them.
@@ -55,6 +56,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of -tls-cert")
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM `file` of the CA that signs peer and client certificates")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn, error")
+	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "`address` to serve Prometheus metrics on, at /metrics (default: none)")
 }
 
 // parseSettings parses args over the defaults and, with -config, over the
