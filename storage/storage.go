@@ -11,7 +11,8 @@
 //  2. Save(rd.HardState, rd.Entries): one synced write, before any message
 //     that depends on them is sent (go.etcd.io/raft doc.go, Ready contract
 //     step 1). A hard state that only moves the commit index, with no
-//     entries, is written without a sync (raft.MustSync, as etcd's WAL).
+//     entries, need not be durable (raft.MustSync is false): the backends
+//     keep it in memory and write it with the next Save.
 //
 // Snapshots the replica takes of its own applied state are recorded with
 // SaveSnapshot too; they keep the log. Compact then discards the log up to an
@@ -47,10 +48,11 @@ type Identity struct {
 //
 // Every write (Save, SaveSnapshot, Compact, SetIdentity) is durable when it
 // returns nil, except a Save without entries whose hard state differs from
-// the saved one only in Commit (raft.MustSync is false): that one is
-// ordered before every later write and made durable by the next synced one,
-// so a crash can only set the commit index back to an earlier saved value,
-// which raft learns again from the leader. A write that fails in the underlying write or sync is returned
+// the saved one only in Commit (raft.MustSync is false): that hard state is
+// kept in memory (InitialState reports it) and written with the next Save,
+// so after a crash (or Close) the commit index may read as an earlier saved
+// value, which raft learns again from the leader. Every write that reaches the
+// disk is synced. A write that fails in the underlying write or sync is returned
 // wrapped (errors.Is finds the cause, for example a syscall.Errno) and is
 // sticky: that call and every later write return it. The caller must stop the
 // replica and must not retry: an fsync failure may have dropped written pages,
@@ -61,7 +63,8 @@ type LogStore interface {
 	raft.Storage
 
 	// Save durably persists st (skipped when nil or empty) and ents in one
-	// synced write (unsynced when raft.MustSync is false, see LogStore). ents are consecutive and start at or below LastIndex()+1;
+	// synced write (a commit-only st without ents is deferred to the next
+	// Save, see LogStore). ents are consecutive and start at or below LastIndex()+1;
 	// otherwise Save returns an error wrapping ErrNonContiguous and writes
 	// nothing. Entries at or below the latest snapshot's index are covered by
 	// it and skipped (raft never rewrites them: a snapshot holds only

@@ -69,6 +69,7 @@ type Store struct {
 	closed    bool
 	failed    error                    // sticky write failure; nil while healthy
 	hardState *raftpb.HardState        // nil until a non-empty one is saved
+	hsPending bool                     // hardState (a commit-only change) is not written yet
 	snapMeta  *raftpb.SnapshotMetadata // latest snapshot's metadata, never nil
 	trunc     truncState               // entry before FirstIndex
 	lastIndex uint64                   // trunc.index when the log is empty

@@ -71,16 +71,25 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 		last = first + uint64(len(ents)) - 1
 	}
 	// A hard state that only moves the commit index, with no entries, need
-	// not be synced (raft.MustSync; etcd's WAL does the same): a commit
-	// index lost in a crash is learnt again from the leader, and the next
-	// synced write makes this one durable too.
+	// not be durable (raft.MustSync is false; etcd's WAL does not sync it
+	// either): it is kept in memory and written with the next write, so
+	// every write stays one synced batch (the WAL check on open relies on
+	// only the last record being possibly incomplete). A commit index lost
+	// in a crash is learnt again from the leader.
 	prevHS := s.hardState
 	if prevHS == nil {
 		prevHS = new(raftpb.HardState)
 	}
-	sync := hs == nil || raft.MustSync(hs, prevHS, len(ents))
+	if len(ents) == 0 && hs != nil && !raft.MustSync(hs, prevHS, 0) {
+		s.hardState = hs
+		s.hsPending = true
+		return nil
+	}
+	if hs == nil && s.hsPending {
+		hs = s.hardState
+	}
 	s.sizes = s.sizes[:0]
-	err := s.writeOpts(sync, func(b *pebble.Batch) error {
+	err := s.write(func(b *pebble.Batch) error {
 		if hs != nil {
 			v, err := proto.Marshal(hs)
 			if err != nil {
@@ -125,6 +134,7 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 
 	if hs != nil {
 		s.hardState = hs
+		s.hsPending = false
 	}
 	if len(ents) > 0 {
 		s.cache.truncateFrom(first)
@@ -216,6 +226,7 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 	if !keep {
 		if hv != nil {
 			s.hardState = hs
+			s.hsPending = false
 		}
 		s.trunc = truncState{index: index, term: term}
 		s.lastIndex = index
@@ -327,29 +338,9 @@ func (s *Store) writable() error {
 // failure is recorded as the sticky write error: once Pebble's WAL failed,
 // what reached the disk is unknown (and Pebble panics on later WAL writes).
 func (s *Store) write(build func(b *pebble.Batch) error) error {
-	return s.writeOpts(true, build)
-}
-
-// writeOpts is write, synced or not. An unsynced write is ordered before
-// every later one in Pebble's WAL, so the next synced write covers it.
-func (s *Store) writeOpts(sync bool, build func(b *pebble.Batch) error) error {
 	b := s.db.NewBatch()
 	if err := build(b); err != nil {
 		_ = b.Close()
-		return err
-	}
-	if !sync {
-		err := s.db.Apply(b, pebble.NoSync)
-		if err == nil {
-			if err = s.fatalErr(); err != nil {
-				s.fail(err) // b is not closed: see below
-				return err
-			}
-		}
-		_ = b.Close()
-		if err != nil {
-			s.fail(err)
-		}
 		return err
 	}
 	err := s.db.ApplyNoSyncWait(b, pebble.Sync)

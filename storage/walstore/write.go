@@ -29,9 +29,11 @@ import (
 //
 // Every Save ends with a hard state record (once any hard state was saved),
 // the current one when st is empty, so that Open can tell a torn final write
-// from damage in the middle of the last segment. etcd's wal.Save does not sync a write that changes
-// only the commit index; Save syncs it anyway, so that everything Save
-// returned for is durable.
+// from damage in the middle of the last segment. A Save without entries
+// that changes only the commit index (raft.MustSync is false) writes
+// nothing: the hard state is kept in memory and becomes the hard state
+// record of the next Save. (etcd's wal.Save would write it unsynced; not
+// writing it keeps every write synced, which recovery relies on.)
 //
 // Save keeps the entry pointers in memory and hands them out from Entries:
 // the caller must not modify them afterwards (raft never does).
@@ -75,8 +77,18 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 	if saveHS {
 		hs = proto.Clone(st).(*raftpb.HardState)
 	}
-	// etcd's WAL syncs only when raft.MustSync says so: a hard state that
-	// only moves the commit index, with no entries, is written unsynced.
+	prev := s.hardState
+	if prev == nil {
+		prev = new(raftpb.HardState)
+	}
+	if len(ents) == 0 && !raft.MustSync(hs, prev, 0) {
+		// Only the commit index moved: nothing to make durable (raft learns
+		// a lost commit index again from the leader). Kept in memory, it is
+		// the hard state record of the next Save, which is synced, so every
+		// write stays synced (recovery relies on that).
+		s.hardState = hs
+		return nil
+	}
 	err := s.w.Save(hs, ents)
 	if err != nil {
 		s.fail(err)

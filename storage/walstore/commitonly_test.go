@@ -1,0 +1,56 @@
+package walstore
+
+import (
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// TestCommitOnlySaveIsDeferred: a Save that only moves the commit index
+// writes nothing to the WAL (reopened, the store has the commit index of
+// the last real write); InitialState reports it meanwhile, and the next
+// Save writes it as its hard state record.
+func TestCommitOnlySaveIsDeferred(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	saveEach(t, s, 1, 10)
+	commitOnly := func(c uint64) {
+		t.Helper()
+		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(c)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() != c {
+			t.Fatalf("InitialState after a commit-only Save of %d: %v, %v", c, hs, err)
+		}
+	}
+	reopen := func() uint64 {
+		t.Helper()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = openT(t, dir)
+		hs, _, err := s.InitialState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hs.GetCommit()
+	}
+
+	for i := uint64(11); i <= 12; i++ {
+		if err := s.Save(nil, []*raftpb.Entry{testEntry(i, entryData(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commitOnly(12)
+	if c := reopen(); c != 10 {
+		t.Fatalf("commit %d after reopening; want 10: the commit-only Save must not be written", c)
+	}
+	commitOnly(12)
+	if err := s.Save(nil, []*raftpb.Entry{testEntry(13, entryData(13))}); err != nil {
+		t.Fatal(err)
+	}
+	if c := reopen(); c != 12 {
+		t.Fatalf("commit %d after reopening; want 12, deferred and written with entry 13", c)
+	}
+	s.Close()
+}
