@@ -211,8 +211,9 @@ type Node struct {
 
 	// Owned by the run goroutine.
 	state      raft.StateType // as of the latest Ready
-	suspect    uint64         // the leader whose connection broke (0: none), see suspectLeader
+	suspect    uint64         // the leader whose connection broke (0: none), see campaignIfSuspect
 	suspectAt  uint64         // the term it led in
+	silent     int            // ticks since the last message from the leader
 	isLeader   bool
 	leaderTerm uint64
 	readyTerm  uint64
@@ -614,16 +615,21 @@ func (n *Node) report(rep report) {
 
 // campaignIfSuspect runs on every tick. A follower whose connection to its
 // leader broke (the leader's process exited or its host reset the
-// connection) campaigns at once and at every tick after, instead of waiting
-// for its randomized election timeout (between one and two election
-// timeouts), until it hears from that leader again or a newer term starts.
-// This is safe and cannot disrupt a live leader: the campaign is a pre-vote,
-// which the other followers refuse while they still hear from the leader
-// within an election timeout (CheckQuorum's lease), and which bumps no term
-// when refused. So a crashed leader is replaced about one election timeout
-// after its last heartbeat, not up to two.
+// connection) and that has not heard from it for two heartbeat intervals
+// campaigns, at that tick and every tick after, instead of waiting for its
+// randomized election timeout (between one and two election timeouts),
+// until it hears from that leader again or a newer term starts. This is
+// safe: the campaign is a pre-vote, which the other followers refuse while
+// they still hear from the leader within an election timeout (CheckQuorum's
+// lease), and which bumps no term when refused. The silence condition keeps
+// a broken connection to a leader that still reaches this follower from
+// making it a pre-candidate (which forgets the leader until its next
+// message: reads and forwarded requests would stall meanwhile). So a
+// crashed leader is replaced a few ticks after its last heartbeat, not one
+// to two election timeouts.
 func (n *Node) campaignIfSuspect() {
-	if n.suspect == 0 {
+	n.silent++
+	if n.suspect == 0 || n.silent <= 2*n.cfg.HeartbeatTicks {
 		return
 	}
 	bs := n.rn.BasicStatus()
@@ -738,6 +744,9 @@ func (n *Node) step(m *raftpb.Message) {
 	}
 	if n.suspect != 0 && m.GetFrom() == n.suspect && m.GetTerm() >= n.suspectAt {
 		n.suspect = 0 // it is alive and still leads, or has moved on
+	}
+	if m.GetFrom() == n.status.Load().Leader {
+		n.silent = 0
 	}
 	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		n.log.Debug("raft step", zap.Error(err))
@@ -915,6 +924,17 @@ func (n *Node) commit(rd *raft.Ready) {
 				close(q.done)
 			}
 		}
+	}
+	// A leader became known (again): rounds issued before may have been
+	// dropped (raft drops a read index request without a leader, and a
+	// candidate's), so issue them again now rather than an election timeout
+	// later. An answer to the old round is ignored.
+	if rd.SoftState != nil && rd.SoftState.Lead != 0 && len(n.inflight) > 0 {
+		for seq, r := range n.inflight {
+			delete(n.inflight, seq)
+			n.pending = append(n.pending, r.reqs...)
+		}
+		n.issueReads()
 	}
 }
 

@@ -500,8 +500,9 @@ func TestSnapshotDue(t *testing.T) {
 }
 
 // TestCampaignOnLostLeaderConnection: a follower told that its leader's
-// connection broke (the transport's ReportUnreachable) campaigns at the
-// next tick and every tick after. When every follower lost the leader (it
+// connection broke (the transport's ReportUnreachable) campaigns as soon
+// as it has not heard from the leader for two heartbeat intervals, and
+// every tick after. When every follower lost the leader (it
 // died), they elect a new one within a few ticks instead of waiting a random
 // one to two election timeouts; when one follower alone lost its connection
 // to a live leader, nothing changes (the other follower refuses the
@@ -513,12 +514,28 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 	c.waitApplied("x", c.ids...)
 	term := c.nodes[lead].Status().Term
 
+	// One follower's connection to the live leader breaks, and the
+	// leader's next heartbeat to it is a tick late. A pre-candidate forgets
+	// its leader (reads and forwarded requests on it would stall): a
+	// follower that still hears from the leader must not become one.
 	f := c.others(lead)[0]
+	var late atomic.Bool
+	late.Store(true)
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		return !(late.Load() && from == lead && m.GetTo() == f)
+	})
 	c.nodes[f].ReportUnreachable(lead)
-	for range 3 * electionTicks {
+	for i := range 3 * electionTicks {
+		if i == 1 {
+			late.Store(false)
+		}
 		c.clk.tick()
 		time.Sleep(200 * time.Microsecond)
+		if st := c.nodes[f].Status(); st.State != raft.StateFollower {
+			t.Fatalf("tick %d: the follower that reported a live leader became %v", i, st.State)
+		}
 	}
+	c.setHook(nil)
 	if st := c.nodes[lead].Status(); st.State != raft.StateLeader || st.Term != term {
 		t.Fatalf("one follower's report about a live leader disrupted it: %+v (term was %d)", st, term)
 	}
@@ -531,6 +548,16 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 	for _, id := range rest {
 		c.nodes[id].ReportUnreachable(lead)
 	}
+	// A read on a follower, sent to the dead leader: it is issued again as
+	// soon as a new leader is known, not an election timeout later.
+	var read atomic.Bool
+	go func() {
+		if _, err := c.nodes[rest[0]].ReadIndex(testCtx(t)); err != nil {
+			t.Errorf("ReadIndex: %v", err)
+		}
+		read.Store(true)
+	}()
+	c.waitFor("the read to be issued", func() bool { return len(c.nodes[rest[0]].readc) == 0 })
 	ticks := 0
 	c.tickUntil("a new leader", func() bool {
 		ticks++
@@ -538,5 +565,12 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 	})
 	if ticks >= electionTicks {
 		t.Errorf("a new leader took %d ticks after the reports; without them it takes at least an election timeout (%d)", ticks, electionTicks)
+	}
+	c.tickUntil("the read", func() bool {
+		ticks++
+		return read.Load()
+	})
+	if ticks >= electionTicks {
+		t.Errorf("the read sent to the dead leader was answered %d ticks after the failure; a retry after an election timeout (%d) takes longer", ticks, electionTicks)
 	}
 }

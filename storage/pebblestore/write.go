@@ -188,9 +188,15 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("pebblestore: SaveSnapshot: marshal metadata: %w", err)
 	}
-	hs := raisedCommit(s.hardState, index)
+	// The hard state goes into the same batch when it changes (a leader's
+	// snapshot raises the commit index) or a commit-only change is pending:
+	// the snapshot's index must never be above the durable commit index.
+	hs := s.hardState
+	if !keep {
+		hs = raisedCommit(hs, index)
+	}
 	var hv []byte
-	if !keep && hs != s.hardState {
+	if hs != s.hardState || s.hsPending {
 		if hv, err = proto.Marshal(hs); err != nil {
 			return fmt.Errorf("pebblestore: SaveSnapshot: marshal hard state: %w", err)
 		}
@@ -205,16 +211,19 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 		} else {
 			err = b.Delete(keySnapData, nil)
 		}
-		if err != nil || keep {
-			return err
-		}
-		if err := b.Set(keyTrunc, encodePair(index, term), nil); err != nil {
+		if err != nil {
 			return err
 		}
 		if hv != nil {
 			if err := b.Set(keyHardState, hv, nil); err != nil {
 				return err
 			}
+		}
+		if keep {
+			return nil
+		}
+		if err := b.Set(keyTrunc, encodePair(index, term), nil); err != nil {
+			return err
 		}
 		return b.DeleteRange(entryKeysStart, entryKeysEnd, nil)
 	})
@@ -223,11 +232,11 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 	}
 
 	s.snapMeta = meta
+	if hv != nil {
+		s.hardState = hs
+		s.hsPending = false
+	}
 	if !keep {
-		if hv != nil {
-			s.hardState = hs
-			s.hsPending = false
-		}
 		s.trunc = truncState{index: index, term: term}
 		s.lastIndex = index
 		s.cache.reset(index + 1)

@@ -54,3 +54,32 @@ func TestCommitOnlySaveIsDeferred(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestSnapshotAfterCommitOnlySave: a snapshot this replica took at an index
+// only a deferred commit-only Save covers writes that hard state with it:
+// reopened, the commit index is not below the snapshot (raft refuses to
+// start from a snapshot above its commit index).
+func TestSnapshotAfterCommitOnlySave(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir)
+	for i := uint64(1); i <= 10; i++ {
+		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(5))}, []*raftpb.Entry{testEntry(i, entryData(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(10))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(10)), Term: new(uint64(1)), ConfState: &raftpb.ConfState{Voters: []uint64{1}}}, Data: []byte("state at 10")}
+	if err := s.SaveSnapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir)
+	defer s.Close()
+	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < 10 {
+		t.Fatalf("InitialState after reopening: %v, %v; want commit >= the snapshot's index 10", hs, err)
+	}
+}

@@ -80,6 +80,7 @@ type Store struct {
 	w         *wal.WAL // the live WAL, in directory walDirName(meta.walGen)
 	meta      meta     // the durable META
 	hardState *raftpb.HardState
+	hsPending bool                     // hardState (a commit-only change) is not in the WAL yet
 	snapMeta  *raftpb.SnapshotMetadata // latest snapshot's metadata, never nil
 	mem       memLog
 }

@@ -87,6 +87,7 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 		// the hard state record of the next Save, which is synced, so every
 		// write stays synced (recovery relies on that).
 		s.hardState = hs
+		s.hsPending = true
 		return nil
 	}
 	err := s.w.Save(hs, ents)
@@ -98,6 +99,7 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 		return fmt.Errorf("walstore: %s: save hard state: %w", s.dir, err)
 	}
 	s.hardState = hs
+	s.hsPending = false
 	s.mem.append(ents)
 	return nil
 }
@@ -151,6 +153,15 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 	}
 
 	if keep {
+		if s.hsPending {
+			// The deferred commit-only hard state goes first, synced with
+			// the snapshot record: the snapshot's index must never be above
+			// the durable commit index.
+			if err := s.w.Save(s.hardState, nil); err != nil {
+				return s.failf(err, "save hard state before the snapshot at index %d", index)
+			}
+			s.hsPending = false
+		}
 		if err := s.w.SaveSnapshot(rec); err != nil {
 			return s.failf(err, "record snapshot at index %d in the WAL", index)
 		}
@@ -172,6 +183,7 @@ func (s *Store) SaveSnapshot(snap *raftpb.Snapshot) error {
 		old := s.w
 		s.w = w
 		s.hardState = hs
+		s.hsPending = false
 		s.mem.reset(index, term)
 		oldDir := filepath.Join(s.dir, walDirName(s.meta.walGen))
 		if err := old.Close(); err != nil {
