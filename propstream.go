@@ -27,7 +27,10 @@ type propStream struct {
 	err     error
 }
 
-var errEmptyReply = errors.New("quorumlock: reply without a response")
+var (
+	errEmptyReply    = errors.New("quorumlock: reply without a response")
+	errProposeClosed = errors.New("quorumlock: propose stream closed")
+)
 
 // openPropStream opens a ProposeStream on cc. Opening waits while cc is
 // connecting, for at most as long as ctx allows.
@@ -173,5 +176,5 @@ func (s *propStream) failLocked(err error) {
 func (s *propStream) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failLocked(errStreamBroken)
+	s.failLocked(errProposeClosed)
 }

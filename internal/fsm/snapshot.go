@@ -174,8 +174,10 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 			s.outcomes = append(s.outcomes, o)
 		}
 		if d.err == nil {
-			if _, dup := m.sessions[id]; dup || id == 0 {
-				d.fail("duplicate or zero session %d", id)
+			if _, dup := m.sessions[id]; dup || id == 0 || id > m.applied {
+				// A session's ID is the index of the entry that opened it,
+				// so it is at most the image's applied index.
+				d.fail("duplicate, zero or future session %d (applied %d)", id, m.applied)
 			}
 			m.sessions[id] = s
 			m.order = append(m.order, sessionRef{id, s})

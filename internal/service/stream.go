@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -12,20 +14,42 @@ import (
 // stream ends, and is answered by id; the answers that are ready together go
 // back in one message. One stream replaces one unary RPC (a new HTTP/2
 // stream, headers and all) per request.
+//
+// A call whose id is already in progress on the stream is answered
+// CODE_INVALID at once. When the client half-closes the stream, the calls
+// in progress are still answered, then the stream ends; when the stream
+// breaks, they are cancelled. The handler returns only after its sender has
+// stopped (gRPC forbids Send after the handler returns).
 func (s *Service) ProposeStream(stream lockpb.Lock_ProposeStreamServer) error {
 	ctx, cancelAll := context.WithCancel(stream.Context())
 	defer cancelAll()
 	var (
-		mu      sync.Mutex
-		calls   = make(map[uint64]context.CancelFunc)
-		replies []*lockpb.ProposeReply
-		kick    = make(chan struct{}, 1)
-		sendErr = make(chan error, 1)
+		mu       sync.Mutex
+		calls    = make(map[uint64]context.CancelFunc)
+		replies  []*lockpb.ProposeReply
+		kick     = make(chan struct{}, 1)
+		draining = make(chan struct{}) // closed: send what is queued, then stop
+		sendErr  = make(chan error, 1)
+		sent     = make(chan struct{}) // closed when the sender stops
+		inflight sync.WaitGroup
 	)
+	reply := func(r *lockpb.ProposeReply) {
+		mu.Lock()
+		replies = append(replies, r)
+		mu.Unlock()
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
+		defer close(sent)
 		for {
+			stop := false
 			select {
 			case <-kick:
+			case <-draining:
+				stop = true
 			case <-ctx.Done():
 				return
 			}
@@ -42,51 +66,75 @@ func (s *Service) ProposeStream(stream lockpb.Lock_ProposeStreamServer) error {
 				}
 				batch = batch[n:]
 			}
+			if stop {
+				return
+			}
 		}
 	}()
+	finish := func(err error) error {
+		if err == nil {
+			inflight.Wait() // every call answered or cancelled by its client
+		} else {
+			cancelAll()
+			inflight.Wait()
+		}
+		close(draining)
+		<-sent
+		select {
+		case serr := <-sendErr:
+			if err == nil {
+				err = serr
+			}
+		default:
+		}
+		return err
+	}
 	for {
 		in, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return finish(nil)
+		}
 		if err != nil {
-			return err
+			return finish(err)
 		}
 		for _, c := range in.GetCalls() {
 			id := c.GetId()
+			mu.Lock()
+			cancel, busy := calls[id]
+			mu.Unlock()
 			if c.GetCancel() {
-				mu.Lock()
-				if cancel := calls[id]; cancel != nil {
+				if busy {
 					cancel()
-					delete(calls, id)
 				}
-				mu.Unlock()
+				continue
+			}
+			if busy {
+				reply(&lockpb.ProposeReply{Id: id, Response: &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "call id already in progress on this stream"}})
 				continue
 			}
 			cctx, cancel := context.WithCancel(ctx)
 			mu.Lock()
 			calls[id] = cancel
 			mu.Unlock()
+			inflight.Add(1)
 			go func(req *lockpb.Request) {
+				defer inflight.Done()
 				resp, err := s.Propose(cctx, req)
+				cancelled := cctx.Err() != nil
 				mu.Lock()
-				_, live := calls[id]
 				delete(calls, id)
-				if live && err == nil {
-					replies = append(replies, &lockpb.ProposeReply{Id: id, Response: resp})
-				}
 				mu.Unlock()
 				cancel()
 				// Propose fails only with its context's error: the client
 				// cancelled (no answer wanted) or the stream is ending.
-				if live && err == nil {
-					select {
-					case kick <- struct{}{}:
-					default:
-					}
+				if err == nil && !cancelled {
+					reply(&lockpb.ProposeReply{Id: id, Response: resp})
 				}
 			}(c.GetRequest())
 		}
 		select {
 		case err := <-sendErr:
-			return err
+			return finish(err)
 		default:
 		}
 	}

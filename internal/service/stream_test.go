@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -139,5 +140,45 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestProposeStreamHalfCloseAndDuplicates: a call whose id is already in
+// progress is answered CODE_INVALID (the first one still completes), and a
+// client that half-closes still gets every answer in progress before the
+// stream ends cleanly.
+func TestProposeStreamHalfCloseAndDuplicates(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.open(time.Hour), h.open(time.Hour)
+	st := streamHarness(t, h)
+	send := func(calls ...*lockpb.ProposeCall) {
+		t.Helper()
+		if err := st.Send(&lockpb.ProposeCalls{Calls: calls}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(call(1, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"}))
+	held := recvReplies(t, st, 1)[1]
+
+	// b waits for x as call 2; a second call 2 is refused at once.
+	send(call(2, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"}))
+	waitFor(t, "b's grant waiter", func() bool { return h.grantWaiters(b) == 1 })
+	send(call(2, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 2, Name: "y"}))
+	if r := recvReplies(t, st, 2)[2]; r.GetCode() != lockpb.Code_CODE_INVALID {
+		t.Fatalf("a second call with id 2 in progress: %v, want CODE_INVALID", r)
+	}
+
+	// a releases x (call 3), then the client half-closes: both answers
+	// still arrive, then the stream ends.
+	send(call(3, &lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 2, Name: "x", Token: held.GetToken()}))
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got := recvReplies(t, st, 2, 3)
+	if got[3].GetCode() != lockpb.Code_CODE_OK || got[2].GetCode() != lockpb.Code_CODE_OK || got[2].GetToken() <= held.GetToken() {
+		t.Fatalf("answers after the half-close: release %v, b's acquire %v", got[3], got[2])
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("after the last answer: %v, want io.EOF", err)
 	}
 }
