@@ -3,15 +3,24 @@
 // runs the Ready loop against durable storage and the transport, applies
 // committed entries to the state machine, and serves ReadIndex requests.
 //
-// The Ready loop follows the contract of go.etcd.io/raft (doc.go):
+// The Ready loop follows the contract of go.etcd.io/raft (doc.go). Each
+// loop turn first takes everything queued (proposals, messages, reads), so
+// one Ready carries it all. On a follower (or candidate):
 //
 //  1. Save the HardState and Entries of the Ready in one synced write
 //     (one fsync per Ready, however many proposals it carries).
 //  2. Send the Ready's messages; none leaves before step 1 is durable, so a
 //     vote or an append acknowledgement is never lost (invariant 10).
-//  3. Apply the committed entries, in order, to the state machine.
-//  4. Resolve ReadIndex requests whose read state arrived.
-//  5. Advance.
+//  3. Apply the committed entries, in order, to the state machine, and
+//     resolve ReadIndex requests whose read state arrived.
+//  4. Advance.
+//
+// A leader sends its messages first (all but append and vote responses,
+// which wait for the save) and applies before it saves, so that the
+// followers write new entries while it writes its own (raft thesis
+// §10.2.1). That is safe because raft counts the leader's own copy towards
+// a commit only once Advance reports it saved, and the entries a leader
+// sees committed are already in its durable log.
 //
 // A failure to save stops the node for good: the error is reported through
 // Config.OnFatal and every later call returns ErrStopped. An fsync that
