@@ -215,6 +215,13 @@ func (p *crashPlan) thaw(dead bool) {
 
 func (p *crashPlan) crash(l *life, clones map[uint64]*vfs.MemFS) {
 	p.thaw(true)
+	// The target is down from this instant too: once released it goes on
+	// until it is stopped, and a leader's own Save of entries the followers
+	// acknowledged before the cut could then commit and apply entries its
+	// crash image does not hold.
+	dead := &freeze{done: make(chan struct{}), dead: true}
+	close(dead.done)
+	l.sm.freeze.Store(dead)
 	p.fired = true
 	p.crashc <- crashEvent{point: p.point, target: p.target, role: p.role, life: l.n, clones: clones}
 	<-p.resume
