@@ -1,7 +1,10 @@
 package crashtest
 
 import (
+	"fmt"
 	"testing"
+
+	"go.etcd.io/raft/v3"
 
 	"github.com/quorumlock/quorumlock/raftnode"
 )
@@ -100,8 +103,16 @@ func TestCrashReceivedSnapshot(t *testing.T) {
 			if follower == lead.rep.id {
 				follower = c.ids[1]
 			}
+			// Everything the follower can hold is at most the leader's log
+			// at the crash; once the leader has compacted past it, the
+			// follower can only rejoin through a snapshot.
+			top := lastIndex(t, lead.store)
 			c.crashNow(follower)
 			w.waitOps(80)
+			c.waitFor(fmt.Sprintf("the leader to compact past index %d", top), func() bool {
+				l := c.readyLeader()
+				return l != nil && firstIndex(t, l.store) > top+1
+			})
 			p := c.armReplica(follower, point, &received)
 			before := c.nw.snapshotsDelivered()
 			c.restart([]uint64{follower})
@@ -118,6 +129,24 @@ func TestCrashReceivedSnapshot(t *testing.T) {
 				w.ops.Load(), w.grantCount(), commit, c.nw.snapshotsDelivered())
 		})
 	}
+}
+
+func lastIndex(t *testing.T, s raft.Storage) uint64 {
+	t.Helper()
+	i, err := s.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+func firstIndex(t *testing.T, s raft.Storage) uint64 {
+	t.Helper()
+	i, err := s.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
 }
 
 // crashAndRestart runs the workload on a fresh cluster, crashes v at point
