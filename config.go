@@ -101,11 +101,12 @@ type Config struct {
 
 	// SnapshotEntries is how many log entries are applied between two
 	// snapshots of the lock table, at least: a snapshot also waits until
-	// the entries applied since the last one (payload plus 48 bytes each)
-	// add up to a quarter of that snapshot's size, so a large table is not rewritten for a few entries
-	// (with 1,000,000 locks, about every 80,000 entries). The log behind a
-	// durable snapshot is compacted, keeping min(SnapshotEntries/2, 5,000)
-	// entries for followers that are a little behind. The default is
+	// the payload applied since the last one adds up to a quarter of that
+	// snapshot's size, so a large table is not rewritten for a few entries
+	// (with 1,000,000 locks, a 20 MiB image, every few hundred thousand
+	// entries). The log behind a durable snapshot is compacted, keeping
+	// min(SnapshotEntries/2, 5,000) entries for followers that are a
+	// little behind. The default is
 	// 10,000.
 	SnapshotEntries uint64
 

@@ -117,9 +117,8 @@ type Config struct {
 	// because of a storage error.
 	OnFatal func(error)
 	// SnapshotEntries is how many entries are applied between snapshots, at
-	// least: a snapshot is also not taken before the entries applied since
-	// the last one (payload plus 48 bytes each) add up to a quarter of that
-	// snapshot's size, so a large
+	// least: a snapshot is also not taken before the payload applied since
+	// the last one adds up to a quarter of that snapshot's size, so a large
 	// table is not rewritten for a few entries, and the log a restart
 	// replays stays proportional to the table (CockroachDB truncates a
 	// range's log on a similar size ratio). The default is 10,000.
@@ -690,10 +689,6 @@ func (n *Node) maybeSnapshot(applied uint64) {
 	}()
 }
 
-// entryOverhead is what a log entry costs besides its payload, roughly:
-// its marshalled index, term and type, the store's key and framing.
-const entryOverhead = 48
-
 // snapshotDue reports whether a snapshot is due after entries entries with
 // payload bytes were applied since the last one, whose image had lastImage
 // bytes: at least every entries, and not before the payload reaches a
@@ -985,10 +980,7 @@ func (n *Node) apply(ents []*raftpb.Entry) {
 	}
 	n.cfg.StateMachine.Apply(ents)
 	for _, e := range ents {
-		// Payload plus what an entry costs in the log besides (index,
-		// term, key, framing): commands are small, and counting payload
-		// alone would let the log grow to many times the table.
-		n.sinceSnap += len(e.GetData()) + entryOverhead
+		n.sinceSnap += len(e.GetData())
 	}
 	last := ents[len(ents)-1].GetIndex()
 	if n.isLeader && n.readyTerm == 0 {
