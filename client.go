@@ -404,24 +404,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 // propStream returns the Propose stream to addr, over cc, opening one
 // (for at most as long as ctx allows) if there is none or it broke.
 func (c *Client) propStream(ctx context.Context, addr string, cc *grpc.ClientConn) (*propStream, error) {
-	c.mu.Lock()
-	s := c.ps[addr]
-	c.mu.Unlock()
-	if s != nil && !s.broken() {
-		return s, nil
-	}
-	s, err := openPropStream(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cur := c.ps[addr]; cur != nil && !cur.broken() {
-		s.close() // another caller opened one meanwhile
-		return cur, nil
-	}
-	c.ps[addr] = s
-	return s, nil
+	return cachedPropStream(ctx, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
 }
 
 func (c *Client) closeConns() {

@@ -57,6 +57,34 @@ func openPropStream(ctx context.Context, cc *grpc.ClientConn) (*propStream, erro
 	return s, nil
 }
 
+// cachedPropStream returns streams[key] (guarded by mu), or opens one over
+// the connection conn returns (for at most as long as ctx allows) if there
+// is none or it broke. Of two callers opening at once, the second closes
+// its stream and uses the first's.
+func cachedPropStream[K comparable](ctx context.Context, mu *sync.Mutex, streams map[K]*propStream, key K, conn func() (*grpc.ClientConn, error)) (*propStream, error) {
+	mu.Lock()
+	s := streams[key]
+	mu.Unlock()
+	if s != nil && !s.broken() {
+		return s, nil
+	}
+	cc, err := conn()
+	if err != nil {
+		return nil, err
+	}
+	if s, err = openPropStream(ctx, cc); err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if cur := streams[key]; cur != nil && !cur.broken() {
+		s.close()
+		return cur, nil
+	}
+	streams[key] = s
+	return s, nil
+}
+
 func (s *propStream) broken() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

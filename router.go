@@ -191,28 +191,7 @@ func (r *router) stream(id uint64) (*kaStream, error) {
 // propStream returns the Propose stream to replica id, opening one (for
 // at most as long as ctx allows) if there is none or it broke.
 func (r *router) propStream(ctx context.Context, id uint64) (*propStream, error) {
-	r.mu.Lock()
-	s := r.ps[id]
-	r.mu.Unlock()
-	if s != nil && !s.broken() {
-		return s, nil
-	}
-	cc, err := r.conn(id)
-	if err != nil {
-		return nil, err
-	}
-	s, err = openPropStream(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if cur := r.ps[id]; cur != nil && !cur.broken() {
-		s.close() // another caller opened one meanwhile
-		return cur, nil
-	}
-	r.ps[id] = s
-	return s, nil
+	return cachedPropStream(ctx, &r.mu, r.ps, id, func() (*grpc.ClientConn, error) { return r.conn(id) })
 }
 
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff

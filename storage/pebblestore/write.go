@@ -35,52 +35,17 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	for k, e := range ents {
-		if e == nil {
-			return fmt.Errorf("pebblestore: Save: entry %d of %d is nil", k, len(ents))
-		}
-		if want := ents[0].GetIndex() + uint64(k); e.GetIndex() != want {
-			return fmt.Errorf("pebblestore: Save: entry %d of %d has index %d, want %d: %w",
-				k, len(ents), e.GetIndex(), want, storage.ErrNonContiguous)
-		}
+	in, ok, err := storage.PrepareSave("pebblestore", st, ents, max(s.trunc.index, s.snapMeta.GetIndex()), s.lastIndex, s.hardState)
+	if !ok || err != nil {
+		return err
 	}
-	if covered := max(s.trunc.index, s.snapMeta.GetIndex()); len(ents) > 0 && ents[0].GetIndex() <= covered {
-		skip := covered + 1 - ents[0].GetIndex()
-		if skip >= uint64(len(ents)) {
-			ents = nil
-		} else {
-			ents = ents[skip:]
-		}
-	}
-	if len(ents) > 0 && ents[0].GetIndex() > s.lastIndex+1 {
-		return fmt.Errorf("pebblestore: Save: entries start at %d after last index %d: %w",
-			ents[0].GetIndex(), s.lastIndex, storage.ErrNonContiguous)
-	}
-	saveHS := !raft.IsEmptyHardState(st)
-	if !saveHS && len(ents) == 0 {
-		return nil
-	}
-
-	var hs *raftpb.HardState
-	if saveHS {
-		hs = proto.Clone(st).(*raftpb.HardState)
-	}
-	var first, last uint64
-	if len(ents) > 0 {
-		first = ents[0].GetIndex()
-		last = first + uint64(len(ents)) - 1
-	}
-	// A hard state that only moves the commit index, with no entries, need
-	// not be durable (raft.MustSync is false; etcd's WAL does not sync it
-	// either): it is kept in memory and written with the next write, so
-	// every write stays one synced batch (the WAL check on open relies on
-	// only the last record being possibly incomplete). A commit index lost
-	// in a crash is learnt again from the leader.
-	prevHS := s.hardState
-	if prevHS == nil {
-		prevHS = new(raftpb.HardState)
-	}
-	if len(ents) == 0 && hs != nil && !raft.MustSync(hs, prevHS, 0) {
+	hs, ents := in.HardState, in.Entries
+	if in.Deferred {
+		// Only the commit index moved: kept in memory and written with the
+		// next write, so that every write stays one synced batch (the WAL
+		// check on open relies on only the last record being possibly
+		// incomplete). A commit index lost in a crash is learnt again from
+		// the leader.
 		s.hardState = hs
 		s.hsPending = true
 		return nil
@@ -88,8 +53,13 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 	if hs == nil && s.hsPending {
 		hs = s.hardState
 	}
+	var first, last uint64
+	if len(ents) > 0 {
+		first = ents[0].GetIndex()
+		last = first + uint64(len(ents)) - 1
+	}
 	s.sizes = s.sizes[:0]
-	err := s.write(func(b *pebble.Batch) error {
+	err = s.write(func(b *pebble.Batch) error {
 		if hs != nil {
 			v, err := proto.Marshal(hs)
 			if err != nil {

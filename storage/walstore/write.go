@@ -47,41 +47,16 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	for k, e := range ents {
-		if e == nil {
-			return fmt.Errorf("walstore: Save: entry %d of %d is nil", k, len(ents))
-		}
-		if want := ents[0].GetIndex() + uint64(k); e.GetIndex() != want {
-			return fmt.Errorf("walstore: Save: entry %d of %d has index %d, want %d: %w",
-				k, len(ents), e.GetIndex(), want, storage.ErrNonContiguous)
-		}
+	in, ok, err := storage.PrepareSave("walstore", st, ents, max(s.mem.prevIndex, s.snapMeta.GetIndex()), s.mem.lastIndex(), s.hardState)
+	if !ok || err != nil {
+		return err
 	}
-	if covered := max(s.mem.prevIndex, s.snapMeta.GetIndex()); len(ents) > 0 && ents[0].GetIndex() <= covered {
-		skip := covered + 1 - ents[0].GetIndex()
-		if skip >= uint64(len(ents)) {
-			ents = nil
-		} else {
-			ents = ents[skip:]
-		}
-	}
-	if last := s.mem.lastIndex(); len(ents) > 0 && ents[0].GetIndex() > last+1 {
-		return fmt.Errorf("walstore: Save: entries start at %d after last index %d: %w",
-			ents[0].GetIndex(), last, storage.ErrNonContiguous)
-	}
-	saveHS := !raft.IsEmptyHardState(st)
-	if !saveHS && len(ents) == 0 {
-		return nil
-	}
-
+	ents = in.Entries
 	hs := s.hardState
-	if saveHS {
-		hs = proto.Clone(st).(*raftpb.HardState)
+	if in.HardState != nil {
+		hs = in.HardState
 	}
-	prev := s.hardState
-	if prev == nil {
-		prev = new(raftpb.HardState)
-	}
-	if len(ents) == 0 && !raft.MustSync(hs, prev, 0) {
+	if in.Deferred {
 		// Only the commit index moved: nothing to make durable (raft learns
 		// a lost commit index again from the leader). Kept in memory, it is
 		// the hard state record of the next Save, which is synced, so every
@@ -90,8 +65,7 @@ func (s *Store) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 		s.hsPending = true
 		return nil
 	}
-	err := s.w.Save(hs, ents)
-	if err != nil {
+	if err := s.w.Save(hs, ents); err != nil {
 		s.fail(err)
 		if len(ents) > 0 {
 			return fmt.Errorf("walstore: %s: save entries [%d, %d]: %w", s.dir, ents[0].GetIndex(), ents[len(ents)-1].GetIndex(), err)
