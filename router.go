@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -195,12 +196,17 @@ func (r *router) propStream(ctx context.Context, id uint64) (*propStream, error)
 }
 
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff
-// dial again now.
+// dial again now. Only connections in TRANSIENT_FAILURE are touched: gRPC
+// v1.85's ResetConnectBackoff walks its subconnection map after releasing
+// the lock that guards it, which races with a connection creating its
+// first subconnection (seen by the race detector); one in backoff has it.
 func (r *router) resetConnectBackoff() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, cc := range r.conns {
-		cc.ResetConnectBackoff()
+		if cc.GetState() == connectivity.TransientFailure {
+			cc.ResetConnectBackoff()
+		}
 	}
 }
 

@@ -624,29 +624,37 @@ func (n *Node) report(rep report) {
 
 // campaignIfSuspect runs on every tick. A follower whose connection to its
 // leader broke (the leader's process exited or its host reset the
-// connection) and that has not heard from it for two heartbeat intervals
-// campaigns, at that tick and every tick after, instead of waiting for its
-// randomized election timeout (between one and two election timeouts),
-// until it hears from that leader again or a newer term starts. This is
-// safe: the campaign is a pre-vote, which the other followers refuse while
-// they still hear from the leader within an election timeout (CheckQuorum's
-// lease), and which bumps no term when refused. The silence condition keeps
-// a broken connection to a leader that still reaches this follower from
-// making it a pre-candidate (which forgets the leader until its next
-// message: reads and forwarded requests would stall meanwhile). So a
-// crashed leader is replaced a few ticks after its last heartbeat, not one
-// to two election timeouts.
+// connection) campaigns once, when it has not heard from the leader for two
+// heartbeat intervals plus a stagger of (ID-1) mod ElectionTicks ticks,
+// instead of waiting for its randomized election timeout (one to two
+// election timeouts); raft's own timer takes over after that. It is safe:
+// the campaign is a pre-vote, which the other followers refuse while they
+// still hear from the leader within an election timeout (CheckQuorum's
+// lease), and which bumps no term when refused.
+//
+// The silence condition keeps a broken connection to a leader that still
+// reaches this follower from making it a pre-candidate (which forgets the
+// leader until its next message: reads and forwarded requests would stall
+// meanwhile). The stagger, and campaigning once, keep followers that all
+// lost the leader from pre-voting each other in the same tick and then
+// splitting the vote: the first to campaign is refused (the others are
+// still in the lease) and stays a pre-candidate, so the next one's pre-vote
+// and vote succeed. So a crashed leader is replaced a few ticks after its
+// last heartbeat.
 func (n *Node) campaignIfSuspect() {
 	n.silent++
-	if n.suspect == 0 || n.silent <= 2*n.cfg.HeartbeatTicks {
+	if n.suspect == 0 {
 		return
 	}
 	bs := n.rn.BasicStatus()
-	if bs.GetTerm() != n.suspectAt || (bs.RaftState != raft.StateFollower && bs.RaftState != raft.StatePreCandidate) ||
-		(bs.RaftState == raft.StateFollower && bs.Lead != n.suspect && bs.Lead != 0) {
+	if bs.GetTerm() != n.suspectAt || bs.RaftState != raft.StateFollower || bs.Lead != n.suspect {
 		n.suspect = 0
 		return
 	}
+	if n.silent <= 2*n.cfg.HeartbeatTicks+int((n.cfg.ID-1)%uint64(n.cfg.ElectionTicks)) {
+		return
+	}
+	n.suspect = 0
 	if err := n.rn.Campaign(); err != nil {
 		n.log.Debug("campaign after losing the leader's connection", zap.Error(err))
 	}
