@@ -20,6 +20,7 @@ type loopResult struct {
 	errors   int64
 	firstErr error
 	cpu      time.Duration // process CPU time (user + system) in the window
+	sched    schedLatency  // goroutine scheduling latency in the window
 }
 
 // maxSamples bounds the latencies kept per client.
@@ -93,9 +94,10 @@ func runLoop(ctx context.Context, p *params, lockers []locker, name func(i int) 
 	}
 	sleepUntil(ctx, mStart)
 	p.prof.start()
-	cpu0 := cpuTime()
+	cpu0, sched0 := cpuTime(), readSchedLatency()
 	sleepUntil(ctx, end)
 	res.cpu = cpuTime() - cpu0
+	res.sched = readSchedLatency().since(sched0)
 	p.prof.stop()
 	wg.Wait()
 	res.window = p.duration
@@ -119,6 +121,10 @@ func (r loopResult) extra(m map[string]any) map[string]any {
 		// The whole process: every replica and every client.
 		m["cpu_us_per_cycle"] = float64(r.cpu.Microseconds()) / float64(r.cycles)
 		m["process_cores_busy"] = r.cpu.Seconds() / r.window.Seconds()
+	}
+	if r.sched.count() > 0 {
+		m["sched_latency_p50_us"] = r.sched.quantile(0.5) * 1e6
+		m["sched_latency_p90_us"] = r.sched.quantile(0.9) * 1e6
 	}
 	m["errors"] = r.errors
 	if r.firstErr != nil {

@@ -133,6 +133,8 @@ func (r *row) notes() []string {
 		both("acquire p99 ms", "acquire_p99_ms")
 		both("process CPU us per cycle (all replicas and clients)", "cpu_us_per_cycle")
 		both("process cores busy", "process_cores_busy")
+		both("goroutine scheduling latency p50 us (runnable -> running)", "sched_latency_p50_us")
+		both("goroutine scheduling latency p90 us", "sched_latency_p90_us")
 		both("errors", "errors")
 	case "latency_1":
 		out = append(out, fmt.Sprintf("fsync (write 100 B + fdatasync) p50 %.3f ms, p99 %.3f ms -> goal p50 <= %.3f ms", r.fsyncP50, r.fsyncP99, r.fsyncP50+0.5))

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -116,4 +118,61 @@ func loadAvg() float64 {
 		return -1
 	}
 	return v
+}
+
+// schedLatency is the runtime's histogram of the time goroutines spent
+// runnable before running (runtime/metrics "/sched/latencies:seconds"). On
+// a machine whose cores are busy, every hand-off between goroutines on a
+// request's path (client, gRPC reader and writer, raft loop, fsync) waits
+// about this long, so it shows how much of a latency is queueing for a CPU.
+type schedLatency struct {
+	buckets []float64 // boundaries, seconds: bucket i is [buckets[i], buckets[i+1])
+	counts  []uint64
+}
+
+func readSchedLatency() schedLatency {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return schedLatency{}
+	}
+	h := s[0].Value.Float64Histogram()
+	return schedLatency{buckets: h.Buckets, counts: slices.Clone(h.Counts)}
+}
+
+// since returns the samples recorded after earlier was read.
+func (l schedLatency) since(earlier schedLatency) schedLatency {
+	if len(earlier.counts) != len(l.counts) {
+		return l
+	}
+	d := schedLatency{buckets: l.buckets, counts: make([]uint64, len(l.counts))}
+	for i := range l.counts {
+		d.counts[i] = l.counts[i] - earlier.counts[i]
+	}
+	return d
+}
+
+func (l schedLatency) count() uint64 {
+	var n uint64
+	for _, c := range l.counts {
+		n += c
+	}
+	return n
+}
+
+// quantile returns the upper boundary of the bucket holding quantile q
+// (0..1), in seconds: the histogram's buckets are a few percent wide.
+func (l schedLatency) quantile(q float64) float64 {
+	n := l.count()
+	var cum uint64
+	for i, c := range l.counts {
+		cum += c
+		if c > 0 && float64(cum) >= q*float64(n) {
+			if hi := l.buckets[i+1]; !math.IsInf(hi, 1) {
+				return hi
+			}
+			return l.buckets[i]
+		}
+	}
+	return 0
 }
