@@ -107,8 +107,10 @@ type LogStore interface {
 	// different identity is already recorded.
 	SetIdentity(id Identity) error
 
-	// Close releases the store. It does not need to sync: every write
-	// already did.
+	// Close writes a deferred commit-only hard state (synced), so that a
+	// replica restarted after a clean stop starts from the commit index it
+	// reached, then releases the store. A store whose writes failed skips
+	// the write. After Close every method returns an error.
 	Close() error
 }
 

@@ -600,9 +600,26 @@ func (s *Store) Close() error {
 	if s.closed {
 		return ErrClosed
 	}
+	var err error
+	if s.hsPending && s.writable() == nil {
+		// A deferred commit-only hard state: written now, so that a clean
+		// restart starts from the commit index reached.
+		err = s.write(func(b *pebble.Batch) error {
+			v, err := proto.Marshal(s.hardState)
+			if err != nil {
+				return err
+			}
+			return b.Set(keyHardState, v, nil)
+		})
+		if err == nil {
+			s.hsPending = false
+		}
+	}
 	s.closed = true
 	s.cache = nil
-	err := s.db.Close()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
 	}

@@ -87,6 +87,7 @@ func Run(t *testing.T, open func(t *testing.T, dir string) storage.LogStore, opt
 		{"BadInput", testBadInput},
 		{"ManyEntries", testManyEntries},
 		{"Reopen", testReopen},
+		{"CloseWritesCommit", testCloseWritesCommit},
 		{"ConcurrentReads", testConcurrentReads},
 		{"MatchesMemoryStorage", testMatchesMemoryStorage},
 		{"KillDuringWrites", testKillDuringWrites},

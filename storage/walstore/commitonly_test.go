@@ -7,9 +7,9 @@ import (
 )
 
 // TestCommitOnlySaveIsDeferred: a Save that only moves the commit index
-// writes nothing to the WAL (reopened, the store has the commit index of
-// the last real write); InitialState reports it meanwhile, and the next
-// Save writes it as its hard state record.
+// writes nothing to the WAL; InitialState reports it meanwhile; the next
+// Save writes it as its hard state record, and so does Close (a clean stop
+// keeps the commit index reached).
 func TestCommitOnlySaveIsDeferred(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir)
@@ -22,6 +22,11 @@ func TestCommitOnlySaveIsDeferred(t *testing.T) {
 		if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() != c {
 			t.Fatalf("InitialState after a commit-only Save of %d: %v, %v", c, hs, err)
 		}
+	}
+	records := func() int {
+		t.Helper()
+		segs := segmentPaths(t, dir)
+		return len(frames(t, segs[len(segs)-1]))
 	}
 	reopen := func() uint64 {
 		t.Helper()
@@ -41,16 +46,23 @@ func TestCommitOnlySaveIsDeferred(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	n := records()
 	commitOnly(12)
-	if c := reopen(); c != 10 {
-		t.Fatalf("commit %d after reopening; want 10: the commit-only Save must not be written", c)
+	if got := records(); got != n {
+		t.Fatalf("a commit-only Save wrote %d records; want none", got-n)
 	}
-	commitOnly(12)
 	if err := s.Save(nil, []*raftpb.Entry{testEntry(13, entryData(13))}); err != nil {
 		t.Fatal(err)
 	}
+	if got := records(); got != n+2 {
+		t.Fatalf("the Save after a commit-only one wrote %d records; want 2 (the hard state and entry 13)", got-n)
+	}
 	if c := reopen(); c != 12 {
 		t.Fatalf("commit %d after reopening; want 12, deferred and written with entry 13", c)
+	}
+	commitOnly(13)
+	if c := reopen(); c != 13 {
+		t.Fatalf("commit %d after Close and reopening; want 13, written by Close", c)
 	}
 	s.Close()
 }

@@ -408,9 +408,20 @@ func (s *Store) Close() error {
 	if s.closed {
 		return ErrClosed
 	}
+	var err error
+	if s.hsPending && s.writable() == nil {
+		// A deferred commit-only hard state: recorded now (Close syncs the
+		// WAL's tail), so that a clean restart starts from the commit index
+		// reached.
+		if err = s.w.Save(s.hardState, nil); err == nil {
+			s.hsPending = false
+		}
+	}
 	s.closed = true
 	s.mem.reset(0, 0)
-	err := s.w.Close()
+	if cerr := s.w.Close(); err == nil {
+		err = cerr
+	}
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr
 	}
