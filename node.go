@@ -182,7 +182,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		OnSnapshot:      n.metrics.onSnapshot(),
 		OnFatal: func(err error) {
 			n.log.Error("replica stopped: storage failure", zap.Error(err))
-			go n.Close()
+			go n.HardClose()
 		},
 	})
 	if err != nil {
@@ -334,17 +334,37 @@ func (n *Node) Done() <-chan struct{} { return n.closed }
 // Err returns the storage error that stopped the replica, or nil.
 func (n *Node) Err() error { return n.raft.Err() }
 
-// Close stops the replica: it stops serving, stops raft and closes the log.
-// Sessions opened through this Node are reported lost at once (their Done
-// and their locks' Lost channels close); their locks are freed by the
-// cluster when their TTL runs out. Idempotent; always returns nil after the
-// first call.
-func (n *Node) Close() error {
+// Close stops the replica. A leader first hands leadership to the follower
+// with the longest log among those it heard from recently (raft's
+// leadership transfer, thesis §3.10; etcd's server does the same when it
+// stops) and waits up to an election timeout (ElectionTicks x TickInterval)
+// for it to take over: the cluster has a leader again a round trip later
+// instead of after a failover, and requests in flight on this replica are
+// answered "not the leader" and retried by their clients at the new one.
+// Then it stops serving, stops raft and closes the log. Sessions opened
+// through this Node are reported lost at once (their Done and their locks'
+// Lost channels close); their locks are freed by the cluster when their
+// TTL runs out. Idempotent; returns nil after the first call. It returns
+// the storage error that stopped the replica, if one did.
+func (n *Node) Close() error { return n.close(true) }
+
+// HardClose stops the replica like Close but without handing leadership
+// over: to the other replicas it looks like a crash, and they elect a new
+// leader once they notice (a broken connection and two missed heartbeats,
+// or an election timeout). It is what tests and benchmarks that measure
+// failover use (etcd's HardStop is the counterpart). Idempotent, and a
+// no-op after Close.
+func (n *Node) HardClose() error { return n.close(false) }
+
+func (n *Node) close(handoff bool) error {
 	var err error
 	n.closeOnce.Do(func() {
 		close(n.closed)
 		n.cancel(ErrClosed)
 		n.hb.loseAll(ErrClosed)
+		if handoff && n.raft.Status().State == raft.StateLeader {
+			n.handOff()
+		}
 		n.server.Stop()
 		<-n.serveDone
 		n.raft.Stop()
@@ -360,6 +380,20 @@ func (n *Node) Close() error {
 		n.log.Info("replica stopped")
 	})
 	return err
+}
+
+// handOff transfers leadership before Close stops the replica.
+func (n *Node) handOff() {
+	timeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	if err := n.raft.Resign(ctx); err != nil {
+		n.log.Warn("leadership not handed over before stopping", zap.Duration("waited", time.Since(start)), zap.Error(err))
+		return
+	}
+	st := n.raft.Status()
+	n.log.Info("leadership handed over", zap.Uint64("leader", st.Leader), zap.Uint64("term", st.Term), zap.Duration("took", time.Since(start)))
 }
 
 func (n *Node) isClosed() bool {

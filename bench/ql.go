@@ -139,7 +139,9 @@ func (c *qlCluster) Stop(i int) error {
 		return err
 	}
 	c.nodes[i] = nil
-	return n.Close()
+	// HardClose, like a crash (etcd's side uses HardStop): Close would hand
+	// leadership over first, which is not what failover measures.
+	return n.HardClose()
 }
 
 func (c *qlCluster) Restart(ctx context.Context, i int) error {

@@ -179,6 +179,8 @@ var (
 	ErrStopped = errors.New("raftnode: stopped")
 	// ErrNotLeader: Propose was called on a node that is not the leader.
 	ErrNotLeader = errors.New("raftnode: not the leader")
+	// ErrNoTransferee: Resign found no other voter it heard from recently.
+	ErrNoTransferee = errors.New("raftnode: no voter to transfer leadership to")
 	// ErrCorruptState: New found a log and hard state that raft cannot
 	// start from (for example a commit index past the last entry).
 	ErrCorruptState = errors.New("raftnode: corrupt state")
@@ -249,6 +251,7 @@ type proposal struct {
 	data     []byte
 	errc     chan error
 	transfer uint64 // non-zero: a leadership transfer request, not a proposal
+	resign   bool   // Resign: transfer to the best voter, answer on errc
 }
 
 type readRequest struct {
@@ -545,6 +548,78 @@ func (n *Node) TransferLeadership(id uint64) {
 	}
 }
 
+// Resign hands leadership to another voter and waits until a member other
+// than this one leads: the leadership transfer of the raft thesis §3.10
+// (MsgTimeoutNow: the transferee campaigns at once, without waiting for an
+// election timeout), which etcd's server also makes before it stops. The
+// transferee is the voter with the longest log (match index) among those the
+// leader heard from within the current election timeout (raft's
+// RecentActive, kept by CheckQuorum); a voter that is down is never picked
+// (etcd likewise picks among connected members). While the transfer runs, raft refuses proposals (Propose returns
+// ErrNotLeader); raft abandons a transfer that has not finished within an
+// election timeout and this node stays leader.
+//
+// It returns nil once another member leads, ErrNotLeader when this node is
+// not the leader, ErrNoTransferee when no other voter is reachable,
+// ctx's error when ctx ends first and ErrStopped when the node stops.
+func (n *Node) Resign(ctx context.Context) error {
+	leaderC := n.LeaderChanged()
+	p := proposal{resign: true, errc: make(chan error, 1)}
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.donec:
+		return ErrStopped
+	}
+	select {
+	case err := <-p.errc:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.donec:
+		return ErrStopped
+	}
+	for {
+		if st := n.Status(); st.Leader != 0 && st.Leader != n.cfg.ID {
+			return nil
+		}
+		select {
+		case <-leaderC:
+			leaderC = n.LeaderChanged()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.donec:
+			return ErrStopped
+		}
+	}
+}
+
+// resign picks Resign's transferee and starts the transfer.
+func (n *Node) resign() error {
+	st := n.rn.Status()
+	if st.RaftState != raft.StateLeader {
+		return ErrNotLeader
+	}
+	var best, bestMatch uint64
+	for id, pr := range st.Progress {
+		if id == n.cfg.ID || pr.IsLearner || !pr.RecentActive {
+			continue
+		}
+		if best == 0 || pr.Match > bestMatch || pr.Match == bestMatch && id < best {
+			best, bestMatch = id, pr.Match
+		}
+	}
+	if best == 0 {
+		return ErrNoTransferee
+	}
+	n.log.Info("handing leadership over", zap.Uint64("to", best), zap.Uint64("match", bestMatch))
+	n.rn.TransferLeader(best)
+	return nil
+}
+
 func (n *Node) run() {
 	defer close(n.donec)
 	ticker := n.clk.NewTicker(n.cfg.TickInterval)
@@ -742,6 +817,10 @@ func (n *Node) saveSnapshot(r snapResult) error {
 }
 
 func (n *Node) propose(p proposal) {
+	if p.resign {
+		p.errc <- n.resign()
+		return
+	}
 	if p.transfer != 0 {
 		n.rn.TransferLeader(p.transfer)
 		return

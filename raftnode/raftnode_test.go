@@ -574,3 +574,76 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 		t.Errorf("the read sent to the dead leader was answered %d ticks after the failure; a retry after an election timeout (%d) takes longer", ticks, electionTicks)
 	}
 }
+
+// TestResign: a leader hands leadership to the voter with the longest log
+// without waiting for an election timeout (no tick passes during the
+// transfer, so no election timer can have fired), and returns once the
+// transferee leads.
+func TestResign(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	fs := c.others(lead)
+	behind, ahead := fs[0], fs[1]
+
+	// behind misses the next entry: the transfer must pick ahead.
+	c.setHook(func(from uint64, m *raftpb.Message) bool { return !(from == lead && m.GetTo() == behind) })
+	c.propose(lead, "y")
+	c.waitApplied("y", lead, ahead)
+	term := c.nodes[lead].Status().Term
+
+	if err := c.nodes[ahead].Resign(testCtx(t)); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Resign on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := c.nodes[lead].Resign(testCtx(t)); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	st := c.nodes[ahead].Status()
+	if st.State != raft.StateLeader || st.Term != term+1 {
+		t.Fatalf("after Resign the most up-to-date follower %d is %v in term %d; want leader in term %d", ahead, st.State, st.Term, term+1)
+	}
+	if st := c.nodes[lead].Status(); st.State != raft.StateFollower || st.Leader != ahead {
+		t.Fatalf("the resigned leader is %v following %d; want a follower of %d", st.State, st.Leader, ahead)
+	}
+	c.setHook(nil)
+	c.propose(ahead, "z")
+	c.waitApplied("z", c.ids...)
+}
+
+// TestResignAlone: a single-member cluster has nobody to hand over to.
+func TestResignAlone(t *testing.T) {
+	c := newCluster(t, 1)
+	lead := c.waitLeader()
+	if err := c.nodes[lead].Resign(testCtx(t)); !errors.Is(err, ErrNoTransferee) {
+		t.Fatalf("Resign alone: %v, want ErrNoTransferee", err)
+	}
+	if st := c.nodes[lead].Status(); st.State != raft.StateLeader {
+		t.Fatalf("still %v; want leader", st.State)
+	}
+}
+
+// TestResignSkipsUnreachable: a voter the leader has not heard from for an
+// election timeout is never the transferee, even with an equal log and the
+// lower ID (a transfer to it would only hold proposals off until raft
+// abandons it).
+func TestResignSkipsUnreachable(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	fs := c.others(lead) // ascending
+	down, up := fs[0], fs[1]
+	c.setHook(func(from uint64, m *raftpb.Message) bool { return from != down && m.GetTo() != down })
+	for range 2 * electionTicks {
+		c.clk.tick()
+		time.Sleep(200 * time.Microsecond)
+	}
+	if err := c.nodes[lead].Resign(testCtx(t)); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	if st := c.nodes[up].Status(); st.State != raft.StateLeader {
+		t.Fatalf("the reachable follower %d is %v after Resign; want leader", up, st.State)
+	}
+	c.setHook(nil)
+}

@@ -166,10 +166,11 @@ func run() error {
 	}
 	fmt.Printf("6. A late write carrying alice's old token %d is rejected by the store: %v\n", la.Token(), err)
 
-	// Fail over: stop the leader replica.
+	// Fail over: the leader replica stops the way a crash does (HardClose;
+	// Close would first hand leadership to a follower).
 	old := leader
 	start := time.Now()
-	nodes[old].Close()
+	nodes[old].HardClose()
 	delete(nodes, old)
 	leader, err = waitLeader(ctx, nodes)
 	if err != nil {
@@ -182,7 +183,7 @@ func run() error {
 	if info.Holder != bob.ID() || info.Token != lb.Token() {
 		return fmt.Errorf("after failover the table says %+v", info)
 	}
-	fmt.Printf("7. Stopped leader replica %d; replica %d took over (term %d) after %v. The lock table is intact: \"inventory\" is held by bob with token %d.\n",
+	fmt.Printf("7. Leader replica %d stopped as in a crash (HardClose); replica %d took over (term %d) after %v. The lock table is intact: \"inventory\" is held by bob with token %d.\n",
 		old, leader, nodes[leader].Status().Term, time.Since(start).Round(time.Millisecond), info.Token)
 
 	lc, err := carol.Acquire(ctx, "reports")

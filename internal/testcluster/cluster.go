@@ -168,20 +168,28 @@ func (c *Cluster) Running() []uint64 {
 	return out
 }
 
-// Stop closes replica id (its data stays for Restart).
-func (c *Cluster) Stop(id uint64) {
+// Stop stops replica id the way a crash does, without handing leadership
+// over (Node.HardClose); its data stays for Restart.
+func (c *Cluster) Stop(id uint64) { c.stop(id, (*quorumlock.Node).HardClose) }
+
+// Close stops replica id with Node.Close: a leader hands leadership over
+// first. Its data stays for Restart.
+func (c *Cluster) Close(id uint64) { c.stop(id, (*quorumlock.Node).Close) }
+
+func (c *Cluster) stop(id uint64, close func(*quorumlock.Node) error) {
 	c.mu.Lock()
 	n := c.nodes[id]
 	delete(c.nodes, id)
 	c.mu.Unlock()
 	if n != nil {
-		if err := n.Close(); err != nil {
+		if err := close(n); err != nil {
 			c.t.Errorf("close replica %d: %v", id, err)
 		}
 	}
 }
 
-// StopAll closes every running replica.
+// StopAll stops every running replica (HardClose: a test's teardown does
+// not wait for leadership transfers).
 func (c *Cluster) StopAll() {
 	for _, id := range c.ids {
 		c.Stop(id)

@@ -176,6 +176,9 @@ func (c *Cluster) Heal() { c.c.Heal() }
 // Stop implements System.
 func (c *Cluster) Stop(id uint64) { c.c.Stop(id) }
 
+// Shutdown implements System.
+func (c *Cluster) Shutdown(id uint64) { c.c.Close(id) }
+
 // Restart implements System.
 func (c *Cluster) Restart(id uint64) error {
 	if c.c.Node(id) != nil {

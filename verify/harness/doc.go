@@ -15,8 +15,8 @@
 // clients and of the replicas is not replayed.
 //
 // Leadership churn isolates the current leader for 3 election timeouts
-// every TTL/2: raft's leadership transfer is not reachable through the
-// public API or internal/testcluster.
+// every TTL/2 (an election); leader hand-off shuts the leader down with
+// Node.Close every TTL/2 (raft's leadership transfer) and restarts it.
 //
 // The self-test runs the same workload, nemesis, history and checkers
 // against Fake, an in-memory lock service with quorumlock's client

@@ -338,6 +338,10 @@ func (f *Fake) Stop(id uint64) {
 	}
 }
 
+// Shutdown implements System: the fake has no leadership to hand over, so
+// it is Stop.
+func (f *Fake) Shutdown(id uint64) { f.Stop(id) }
+
 // Restart implements System.
 func (f *Fake) Restart(id uint64) error {
 	f.mu.Lock()

@@ -32,16 +32,19 @@ const (
 	// RestartAll stops every replica and restarts them all.
 	RestartAll = "restart-all"
 	// LeaderChurn isolates the current leader briefly every TTL/2, forcing
-	// an election each time (leadership transfer is not exposed by the
-	// public API, see doc.go).
+	// an election each time.
 	LeaderChurn = "leader-churn"
+	// LeaderHandoff shuts the current leader down gracefully (Node.Close:
+	// it hands leadership to a follower first) every TTL/2, and restarts
+	// it after an election timeout.
+	LeaderHandoff = "leader-handoff"
 	// ClientCrash closes a remote client with its sessions (no close is
 	// sent: they expire) and dials a new one.
 	ClientCrash = "client-crash"
 )
 
 // FaultKinds lists every fault kind.
-var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, ClientCrash}
+var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, LeaderHandoff, ClientCrash}
 
 // Step is one planned fault: its kind, how long it is held, the healthy
 // pause after it, and the seed of its random choices (which replicas,
@@ -66,7 +69,7 @@ func Plan(rnd *rand.Rand, kinds []string, n int, ttl time.Duration) []Step {
 	for range n {
 		k := kinds[rnd.IntN(len(kinds))]
 		hold := ttl/2 + time.Duration(rnd.Int64N(int64(ttl)))
-		if k == LeaderChurn {
+		if k == LeaderChurn || k == LeaderHandoff {
 			hold = 2*ttl + time.Duration(rnd.Int64N(int64(ttl)))
 		}
 		out = append(out, Step{Kind: k, Hold: hold.Round(time.Millisecond), Pause: (300*time.Millisecond + time.Duration(rnd.Int64N(int64(500*time.Millisecond)))).Round(time.Millisecond), Rand: rnd.Uint64()})
@@ -313,6 +316,23 @@ func (n *nemesis) step(st Step) {
 			time.Sleep(max(0, n.ttl/2-3*n.sys.ElectionTimeout()))
 		}
 		n.h.Fault(st.Kind, "%d leader changes forced", rounds)
+	case LeaderHandoff:
+		end := time.Now().Add(st.Hold)
+		rounds := 0
+		for time.Now().Before(end) {
+			l := n.healthyLeader()
+			if l != 0 {
+				n.sys.Shutdown(l)
+				n.measure(st.Kind, l, []uint64{l}, true)
+				n.h.Fault(st.Kind, "r%d shut down (hands leadership over)", l)
+				rounds++
+				time.Sleep(n.sys.ElectionTimeout())
+				n.probe.Wait()
+				n.restartAll()
+			}
+			time.Sleep(max(0, n.ttl/2-n.sys.ElectionTimeout()))
+		}
+		n.h.Fault(st.Kind, "%d leaders shut down", rounds)
 	case ClientCrash:
 		cs := n.sys.Clients()
 		if len(cs) == 0 {

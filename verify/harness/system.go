@@ -36,6 +36,9 @@ type System interface {
 	// Stop kills replica id in process (its sessions end on the client
 	// side, without a close); Restart starts it again on its data.
 	Stop(id uint64)
+	// Shutdown stops replica id the way an operator does (Node.Close): a
+	// leader hands leadership over first. Restart starts it again.
+	Shutdown(id uint64)
 	Restart(id uint64) error
 	// Running returns the replicas that are not stopped.
 	Running() []uint64
