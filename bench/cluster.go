@@ -46,8 +46,11 @@ type cluster interface {
 	// failover before the client gives up and retries (0: the system's
 	// client retries across leader changes by itself).
 	AttemptTimeout() time.Duration
-	// Stop stops member i; Restart starts it again on the same data.
+	// Stop stops member i the way a crash does; Shutdown stops it the
+	// way an operator does (a leader hands leadership over first);
+	// Restart starts it again on the same data.
 	Stop(member int) error
+	Shutdown(member int) error
 	Restart(ctx context.Context, member int) error
 	Close() error
 }

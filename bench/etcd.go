@@ -260,6 +260,21 @@ func (c *etcdCluster) Stop(i int) error {
 	return nil
 }
 
+// Shutdown closes member i gracefully: etcd's server hands leadership to
+// a connected member before it stops (EtcdServer.Stop).
+func (c *etcdCluster) Shutdown(i int) error {
+	if c.members[i] == nil {
+		return fmt.Errorf("etcd member %d is not running", i)
+	}
+	if c.clients[i] != nil {
+		c.clients[i].Close()
+		c.clients[i] = nil
+	}
+	c.members[i].Close()
+	c.members[i] = nil
+	return nil
+}
+
 func (c *etcdCluster) Restart(ctx context.Context, i int) error {
 	if c.members[i] != nil {
 		return fmt.Errorf("etcd member %d is running", i)

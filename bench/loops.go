@@ -242,20 +242,30 @@ func latency1(ctx context.Context, sys system, p *params) (measure, error) {
 	})
 }
 
-// failover: stop the leader, then time the first successful acquire by a
-// client (already connected) on a surviving member. Repeated, restarting
-// the stopped member in between.
+// failover: stop the leader as in a crash, then time the first successful
+// acquire by a client (already connected) on a surviving member. Repeated,
+// restarting the stopped member in between.
 func failover(ctx context.Context, sys system, p *params) (measure, error) {
+	return leaderLoss(ctx, sys, p, cluster.Stop)
+}
+
+// leaderShutdown: failover with the leader shut down the way an operator
+// does (a rolling restart): both systems hand leadership over first.
+func leaderShutdown(ctx context.Context, sys system, p *params) (measure, error) {
+	return leaderLoss(ctx, sys, p, cluster.Shutdown)
+}
+
+func leaderLoss(ctx context.Context, sys system, p *params, stop func(c cluster, member int) error) (measure, error) {
 	return withCluster(ctx, sys, p, 3, func(c cluster) (measure, error) {
 		var ds []time.Duration
 		p.prof.start()
 		defer p.prof.stop()
 		for r := range p.failoverRepeats {
-			d, err := failoverOnce(ctx, c, r)
+			d, err := failoverOnce(ctx, c, r, stop)
 			if err != nil {
 				return measure{}, fmt.Errorf("repeat %d: %w", r, err)
 			}
-			logf("  failover %d: %v", r, d.Round(time.Millisecond))
+			logf("  leader lost %d: %v", r, d.Round(time.Millisecond))
 			ds = append(ds, d)
 		}
 		all := make([]float64, len(ds))
@@ -270,7 +280,7 @@ func failover(ctx context.Context, sys system, p *params) (measure, error) {
 	})
 }
 
-func failoverOnce(ctx context.Context, c cluster, r int) (time.Duration, error) {
+func failoverOnce(ctx context.Context, c cluster, r int, stop func(c cluster, member int) error) (time.Duration, error) {
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	leader, err := c.Leader(lctx)
@@ -292,17 +302,23 @@ func failoverOnce(ctx context.Context, c cluster, r int) (time.Duration, error) 
 		return 0, err
 	}
 
+	// The stop runs alongside the client: a graceful stop may still be
+	// closing its servers when the cluster serves again, and the client
+	// does not wait for it.
 	t0 := time.Now()
-	if err := c.Stop(leader); err != nil {
-		return 0, err
-	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop(c, leader) }()
 	name := fmt.Sprintf("failover/%d", r)
 	unlock, err = lockThroughFailover(lctx, l, name, c.AttemptTimeout())
 	if err != nil {
+		<-stopped
 		return 0, fmt.Errorf("no acquire within 30 s of stopping the leader: %w", err)
 	}
 	d := time.Since(t0)
 	unlock(lctx)
+	if err := <-stopped; err != nil {
+		return 0, err
+	}
 	if err := c.Restart(lctx, leader); err != nil {
 		return 0, fmt.Errorf("restarting member %d: %w", leader, err)
 	}

@@ -113,6 +113,7 @@ func scenarios() []scenario {
 				return yesNo(r.ours.value <= 2 && r.ours.extra["incomplete"] == nil)
 			}},
 		{name: "five_replicas", unit: "cycles/s", goal: "report", run: uncontended(64, 5), judge: func(*row) string { return "-" }},
+		{name: "leader_shutdown", unit: "ms (p50)", goal: "report", run: leaderShutdown, judge: func(*row) string { return "-" }},
 	}
 }
 

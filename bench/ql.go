@@ -144,6 +144,15 @@ func (c *qlCluster) Stop(i int) error {
 	return n.HardClose()
 }
 
+func (c *qlCluster) Shutdown(i int) error {
+	n, err := c.node(i)
+	if err != nil {
+		return err
+	}
+	c.nodes[i] = nil
+	return n.Close()
+}
+
 func (c *qlCluster) Restart(ctx context.Context, i int) error {
 	if c.nodes[i] != nil {
 		return fmt.Errorf("replica %d is running", i+1)

@@ -168,7 +168,11 @@ func (r *row) notes() []string {
 	case "failover":
 		both("max ms", "max_ms")
 		both("all ms", "all_ms")
-		out = append(out, "ours: one Acquire spans the failover (the session re-sends); etcd: a new Lock attempt every 20 ms (each up to 1 s), first success counts; members stopped without leadership transfer (etcd: HardStop)")
+		out = append(out, "ours: one Acquire spans the failover (the session re-sends); etcd: a new Lock attempt every 20 ms (each up to 1 s), first success counts; members stopped without leadership transfer (ours: Node.HardClose, etcd: HardStop)")
+	case "leader_shutdown":
+		both("max ms", "max_ms")
+		both("all ms", "all_ms")
+		out = append(out, "as failover, but the leader is shut down gracefully: both hand leadership over before stopping (ours: Node.Close, etcd: Etcd.Close)")
 	case "expiry_storm":
 		both("sessions", "sessions")
 		both("last TTL passed after close, s", "last_ttl_passed_after_close_s")
