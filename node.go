@@ -134,6 +134,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		},
 		Clock:        cfg.Clock,
 		ScanInterval: cfg.TickInterval,
+		ReadyWait:    cfg.electionTimeout(),
 		Logger:       n.log,
 	})
 	tr, err := transport.New(transport.Config{

@@ -244,31 +244,25 @@ func newEtcdSession(ctx, life context.Context, cl *clientv3.Client, ttl int) (*c
 // 1 s.
 func (c *etcdCluster) AttemptTimeout() time.Duration { return time.Second }
 
-func (c *etcdCluster) Stop(i int) error {
-	if c.members[i] == nil {
-		return fmt.Errorf("etcd member %d is not running", i)
-	}
-	if c.clients[i] != nil {
-		c.clients[i].Close()
-		c.clients[i] = nil
-	}
-	// HardStop first, like a crash: a graceful Close would hand leadership
-	// over before stopping, which is not what a failover measures.
-	c.members[i].Server.HardStop()
-	c.members[i].Close()
-	c.members[i] = nil
-	return nil
-}
+// Stop stops member i like a crash: HardStop first, since a graceful Close
+// would hand leadership over before stopping, which is not what a failover
+// measures.
+func (c *etcdCluster) Stop(i int) error { return c.stop(i, true) }
 
 // Shutdown closes member i gracefully: etcd's server hands leadership to
 // a connected member before it stops (EtcdServer.Stop).
-func (c *etcdCluster) Shutdown(i int) error {
+func (c *etcdCluster) Shutdown(i int) error { return c.stop(i, false) }
+
+func (c *etcdCluster) stop(i int, hard bool) error {
 	if c.members[i] == nil {
 		return fmt.Errorf("etcd member %d is not running", i)
 	}
 	if c.clients[i] != nil {
 		c.clients[i].Close()
 		c.clients[i] = nil
+	}
+	if hard {
+		c.members[i].Server.HardStop()
 	}
 	c.members[i].Close()
 	c.members[i] = nil

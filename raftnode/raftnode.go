@@ -464,7 +464,11 @@ func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 // this node is not the leader, ErrStopped, or ctx's error. Whether and when
 // the entry commits is observed through StateMachine.Apply.
 func (n *Node) Propose(ctx context.Context, data []byte) error {
-	p := proposal{data: data, errc: make(chan error, 1)}
+	return n.submit(ctx, proposal{data: data, errc: make(chan error, 1)})
+}
+
+// submit hands p to the loop and waits for its answer on p.errc.
+func (n *Node) submit(ctx context.Context, p proposal) error {
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
@@ -564,23 +568,8 @@ func (n *Node) TransferLeadership(id uint64) {
 // ctx's error when ctx ends first and ErrStopped when the node stops.
 func (n *Node) Resign(ctx context.Context) error {
 	leaderC := n.LeaderChanged()
-	p := proposal{resign: true, errc: make(chan error, 1)}
-	select {
-	case n.propc <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.donec:
-		return ErrStopped
-	}
-	select {
-	case err := <-p.errc:
-		if err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.donec:
-		return ErrStopped
+	if err := n.submit(ctx, proposal{resign: true, errc: make(chan error, 1)}); err != nil {
+		return err
 	}
 	for {
 		if st := n.Status(); st.Leader != 0 && st.Leader != n.cfg.ID {

@@ -9,8 +9,9 @@ import (
 )
 
 // Propose serves every session command (open, acquire, release, withdraw,
-// close). It answers NOT_LEADER (with a hint) or UNAVAILABLE unless this
-// replica is the ready leader. An acquire that queues waits, unless NoWait is
+// close). It answers NOT_LEADER (with a hint) unless this replica is the
+// leader; a leader not ready yet holds the request until it is (up to
+// Config.ReadyWait, then UNAVAILABLE). An acquire that queues waits, unless NoWait is
 // set, until it is granted, its session ends, leadership is lost or ctx ends
 // (ctx's error is returned; the request stays queued and a retry with the
 // same (session, seq) finds it). It is also the gRPC handler.
@@ -23,7 +24,7 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (resp *lockp
 }
 
 func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
+	if code, hint := s.awaitReady(ctx); code != lockpb.Code_CODE_OK {
 		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, nil
 	}
 	cmd := fsm.Command{

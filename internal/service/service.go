@@ -51,6 +51,11 @@ type Config struct {
 	Peers map[uint64]string
 	// Hooks for metrics (nil: none); they must not block.
 	Hooks Hooks
+	// ReadyWait bounds how long a request waits at a leader that has not
+	// yet applied an entry of its term before it is answered UNAVAILABLE
+	// (wall clock). The default is 1 s; a replica sets its election
+	// timeout.
+	ReadyWait time.Duration
 }
 
 // Hooks report what the service did, for metrics. Each may be nil.
@@ -79,8 +84,9 @@ type Service struct {
 
 	mu       sync.Mutex
 	m        *fsm.Machine
-	ready    bool   // leader of term, with every earlier entry applied
-	term     uint64 // term of the current leadership when ready
+	ready    bool          // leader of term, with every earlier entry applied
+	term     uint64        // term of the current leadership when ready
+	readyC   chan struct{} // closed and replaced whenever ready changes
 	last     map[uint64]time.Time
 	expiring map[uint64]bool
 	timers   *timerQueue
@@ -116,6 +122,9 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.ReadyWait <= 0 {
+		cfg.ReadyWait = time.Second
+	}
 	m := fsm.New(cfg.Limits)
 	return &Service{
 		lim:      m.Limits(),
@@ -132,6 +141,7 @@ func New(cfg Config) *Service {
 		watchers: make(map[string][]*watcher),
 		stopc:    make(chan struct{}),
 		runDone:  make(chan struct{}),
+		readyC:   make(chan struct{}),
 	}
 }
 
@@ -231,7 +241,8 @@ func (s *Service) LeaderReady(term uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
-	s.ready, s.term = true, term
+	s.setReady(true)
+	s.term = term
 	clear(s.last)
 	clear(s.expiring)
 	s.timers.clear()
@@ -246,7 +257,7 @@ func (s *Service) LeaderReady(term uint64) {
 func (s *Service) LeaderLost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ready = false
+	s.setReady(false)
 	clear(s.last)
 	clear(s.expiring)
 	s.timers.clear()
@@ -329,6 +340,47 @@ func (s *Service) Counts() (sessions, locks int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m.NumSessions(), s.m.NumLocks()
+}
+
+// setReady records a change of leadership readiness and wakes awaitReady
+// callers. s.mu must be held.
+func (s *Service) setReady(ready bool) {
+	s.ready = ready
+	close(s.readyC)
+	s.readyC = make(chan struct{})
+}
+
+// awaitReady is readyCode for a request: at a leader that has not yet
+// applied an entry of its term (it becomes ready within one commit round:
+// raft thesis §6.4; a new leader's first entry), it waits until the leader
+// is ready or deposed, up to ReadyWait, instead of answering UNAVAILABLE at
+// once, so that a client that followed the leader change is served as soon
+// as possible rather than after its retry backoff. It returns UNAVAILABLE
+// if ctx ends or the wait runs out first.
+func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
+	code, hint := s.readyCode()
+	if code != lockpb.Code_CODE_UNAVAILABLE {
+		return code, hint
+	}
+	timer := time.NewTimer(s.cfg.ReadyWait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		changed := s.readyC
+		s.mu.Unlock()
+		if code, hint = s.readyCode(); code != lockpb.Code_CODE_UNAVAILABLE {
+			return code, hint
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return code, hint
+		case <-timer.C:
+			return code, hint
+		case <-s.stopc:
+			return code, hint
+		}
+	}
 }
 
 // readyCode reports whether this replica may take requests now.

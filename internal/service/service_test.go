@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -256,5 +257,55 @@ func TestLeaderLostAnswersWaiters(t *testing.T) {
 	}
 	if r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"}); r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 2 {
 		t.Fatalf("request to a replica that is not leader: %v", r)
+	}
+}
+
+// A leader that has not applied an entry of its term yet holds a request
+// until it is ready (answered OK, not UNAVAILABLE), or until it is deposed
+// (NOT_LEADER with the new leader's hint), or until ReadyWait runs out
+// (UNAVAILABLE).
+func TestRequestWaitsForLeaderReady(t *testing.T) {
+	h := newHarness(t)
+	a := h.open(time.Minute)
+	h.svc.LeaderLost() // still raft's leader (Status), not ready: a new term starts
+	got := make(chan *lockpb.Response, 1)
+	send := func(seq uint64) {
+		go func() {
+			resp, err := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: seq, Name: fmt.Sprint("x", seq)})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- resp
+		}()
+	}
+	send(1)
+	select {
+	case r := <-got:
+		t.Fatalf("answered %v before the leader was ready", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	h.becomeLeader()
+	if r := <-got; r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("held request answered %v once the leader was ready; want OK", r)
+	}
+
+	h.svc.LeaderLost()
+	send(2)
+	time.Sleep(20 * time.Millisecond)
+	h.raf.mu.Lock()
+	h.raf.leader = 2
+	h.raf.mu.Unlock()
+	h.svc.LeaderLost() // deposed
+	if r := <-got; r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 2 {
+		t.Fatalf("held request answered %v after the leader was deposed; want NOT_LEADER, hint 2", r)
+	}
+
+	h.raf.mu.Lock()
+	h.raf.leader = 1
+	h.raf.mu.Unlock()
+	h.svc.cfg.ReadyWait = 30 * time.Millisecond
+	send(3)
+	if r := <-got; r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
+		t.Fatalf("request at a leader that never became ready: %v; want UNAVAILABLE after ReadyWait", r)
 	}
 }

@@ -299,39 +299,18 @@ func (n *nemesis) step(st Step) {
 		n.measure(st.Kind, 0, nil, false)
 		n.h.Fault(st.Kind, "all stopped (order %v) for %v", perm, down)
 	case LeaderChurn:
-		end := time.Now().Add(st.Hold)
-		rounds := 0
-		for time.Now().Before(end) {
-			l := n.healthyLeader()
-			if l != 0 {
-				n.sys.Isolate(l)
-				n.measure(st.Kind, l, []uint64{l}, true)
-				n.h.Fault(st.Kind, "r%d isolated", l)
-				rounds++
-				// Long enough for the others to elect a new leader.
-				time.Sleep(3 * n.sys.ElectionTimeout())
-				n.probe.Wait()
-				n.sys.Heal()
-			}
-			time.Sleep(max(0, n.ttl/2-3*n.sys.ElectionTimeout()))
-		}
+		// Long enough for the others to elect a new leader.
+		et := n.sys.ElectionTimeout()
+		rounds := n.leaderRounds(st.Kind, st.Hold, 3*et, func(l uint64) string {
+			n.sys.Isolate(l)
+			return fmt.Sprintf("r%d isolated", l)
+		}, n.sys.Heal)
 		n.h.Fault(st.Kind, "%d leader changes forced", rounds)
 	case LeaderHandoff:
-		end := time.Now().Add(st.Hold)
-		rounds := 0
-		for time.Now().Before(end) {
-			l := n.healthyLeader()
-			if l != 0 {
-				n.sys.Shutdown(l)
-				n.measure(st.Kind, l, []uint64{l}, true)
-				n.h.Fault(st.Kind, "r%d shut down (hands leadership over)", l)
-				rounds++
-				time.Sleep(n.sys.ElectionTimeout())
-				n.probe.Wait()
-				n.restartAll()
-			}
-			time.Sleep(max(0, n.ttl/2-n.sys.ElectionTimeout()))
-		}
+		rounds := n.leaderRounds(st.Kind, st.Hold, n.sys.ElectionTimeout(), func(l uint64) string {
+			n.sys.Shutdown(l)
+			return fmt.Sprintf("r%d shut down (hands leadership over)", l)
+		}, n.restartAll)
 		n.h.Fault(st.Kind, "%d leaders shut down", rounds)
 	case ClientCrash:
 		cs := n.sys.Clients()
@@ -348,6 +327,28 @@ func (n *nemesis) step(st Step) {
 	default:
 		n.errorf("unknown fault %q", st.Kind)
 	}
+}
+
+// leaderRounds repeats, every TTL/2 until hold has passed: wait for a
+// healthy leader, take it away with lose (which describes what it did),
+// measure the recovery, wait down, undo it with back. It returns the
+// number of rounds.
+func (n *nemesis) leaderRounds(kind string, hold, down time.Duration, lose func(l uint64) string, back func()) int {
+	end := time.Now().Add(hold)
+	rounds := 0
+	for time.Now().Before(end) {
+		if l := n.healthyLeader(); l != 0 {
+			what := lose(l)
+			n.measure(kind, l, []uint64{l}, true)
+			n.h.Fault(kind, "%s", what)
+			rounds++
+			time.Sleep(down)
+			n.probe.Wait()
+			back()
+		}
+		time.Sleep(max(0, n.ttl/2-down))
+	}
+	return rounds
 }
 
 func countMembers(g, members []uint64) int {
