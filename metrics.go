@@ -57,7 +57,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 		requestTime:  prometheus.NewHistogramVec(hist("request_seconds", "Time from a session request's arrival to its answer at this replica (a blocking acquire includes its wait in the queue), by op."), []string{"op"}),
 		heartbeats:   prometheus.NewCounterVec(prometheus.CounterOpts(opts("heartbeats_total", "Session heartbeats this replica answered as the leader, by result (alive: acknowledged after a leadership confirmation; gone: the session had ended).")), []string{"result"}),
 		expired:      prometheus.NewCounter(prometheus.CounterOpts(opts("expired_sessions_total", "Sessions this replica, as the leader, proposed to expire (TTL passed without a heartbeat)."))),
-		saveTime:     prometheus.NewHistogram(hist("log_save_seconds", "Time of one raft Ready's log write (entries and hard state; synced unless only the commit index moved).")),
+		saveTime:     prometheus.NewHistogram(hist("log_save_seconds", "Time of one synced log write: a raft Ready's new entries and hard state (a hard state that only moves the commit index is not written).")),
 		savedEntries: prometheus.NewCounter(prometheus.CounterOpts(opts("log_saved_entries_total", "Raft log entries written."))),
 		snapshots:    prometheus.NewCounter(prometheus.CounterOpts(opts("snapshots_total", "Snapshots of the lock table this replica took and saved."))),
 		snapshotSize: prometheus.NewGauge(prometheus.GaugeOpts(opts("snapshot_bytes", "Size of the latest snapshot this replica took."))),

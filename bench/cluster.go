@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,9 @@ type cluster interface {
 	// Restart starts it again on the same data.
 	Stop(member int) error
 	Shutdown(member int) error
+	// LogSyncs sums the synced log writes of every member so far, from
+	// the system's own metrics.
+	LogSyncs() logSyncs
 	Restart(ctx context.Context, member int) error
 	Close() error
 }
@@ -141,4 +145,35 @@ func (p *progress) finish() time.Duration {
 	el := time.Since(p.start)
 	logf("  %s: %d in %v (%.0f/s)", p.what, p.done.Load(), el.Round(time.Millisecond), float64(p.done.Load())/el.Seconds())
 	return el
+}
+
+// logSyncs counts synced log writes (each one fsync) and their total time,
+// summed over the members, from a latency histogram of the system's own.
+type logSyncs struct {
+	count   uint64
+	seconds float64
+}
+
+func (l logSyncs) since(earlier logSyncs) logSyncs {
+	return logSyncs{count: l.count - earlier.count, seconds: l.seconds - earlier.seconds}
+}
+
+// gatherLogSyncs sums the histogram named name over every metric g gathers
+// (each member's, where members have their own).
+func gatherLogSyncs(g prometheus.Gatherer, name string) logSyncs {
+	var out logSyncs
+	mfs, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			out.count += m.GetHistogram().GetSampleCount()
+			out.seconds += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -267,6 +268,12 @@ func (c *etcdCluster) stop(i int, hard bool) error {
 	c.members[i].Close()
 	c.members[i] = nil
 	return nil
+}
+
+// LogSyncs: etcd's WAL fsync histogram (etcd_disk_wal_fsync_duration_seconds),
+// which every member in this process shares in the default registry.
+func (c *etcdCluster) LogSyncs() logSyncs {
+	return gatherLogSyncs(prometheus.DefaultGatherer, "etcd_disk_wal_fsync_duration_seconds")
 }
 
 func (c *etcdCluster) Restart(ctx context.Context, i int) error {

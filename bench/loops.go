@@ -21,6 +21,7 @@ type loopResult struct {
 	firstErr error
 	cpu      time.Duration // process CPU time (user + system) in the window
 	sched    schedLatency  // goroutine scheduling latency in the window
+	saves    logSyncs      // log writes of every member in the window
 }
 
 // maxSamples bounds the latencies kept per client.
@@ -29,7 +30,7 @@ const maxSamples = 200_000
 // runLoop has client i lock and unlock name(i) in a loop: warm-up, then the
 // measurement window (profiled when asked), then every client finishes its
 // cycle and stops.
-func runLoop(ctx context.Context, p *params, lockers []locker, name func(i int) string) loopResult {
+func runLoop(ctx context.Context, p *params, c cluster, lockers []locker, name func(i int) string) loopResult {
 	start := time.Now()
 	mStart := start.Add(p.warmup)
 	end := mStart.Add(p.duration)
@@ -94,10 +95,11 @@ func runLoop(ctx context.Context, p *params, lockers []locker, name func(i int) 
 	}
 	sleepUntil(ctx, mStart)
 	p.prof.start()
-	cpu0, sched0 := cpuTime(), readSchedLatency()
+	cpu0, sched0, saves0 := cpuTime(), readSchedLatency(), c.LogSyncs()
 	sleepUntil(ctx, end)
 	res.cpu = cpuTime() - cpu0
 	res.sched = readSchedLatency().since(sched0)
+	res.saves = c.LogSyncs().since(saves0)
 	p.prof.stop()
 	wg.Wait()
 	res.window = p.duration
@@ -121,6 +123,10 @@ func (r loopResult) extra(m map[string]any) map[string]any {
 		// The whole process: every replica and every client.
 		m["cpu_us_per_cycle"] = float64(r.cpu.Microseconds()) / float64(r.cycles)
 		m["process_cores_busy"] = r.cpu.Seconds() / r.window.Seconds()
+	}
+	if r.saves.count > 0 && r.cycles > 0 {
+		m["log_syncs_per_cycle"] = float64(r.saves.count) / float64(r.cycles)
+		m["log_sync_mean_ms"] = r.saves.seconds / float64(r.saves.count) * 1e3
 	}
 	if r.sched.count() > 0 {
 		m["sched_latency_p50_us"] = r.sched.quantile(0.5) * 1e6
@@ -184,7 +190,7 @@ func uncontended(clients, members int) func(ctx context.Context, sys system, p *
 				return measure{}, err
 			}
 			defer closeAll()
-			r := runLoop(ctx, p, ls, func(i int) string { return fmt.Sprintf("u/%d", i) })
+			r := runLoop(ctx, p, c, ls, func(i int) string { return fmt.Sprintf("u/%d", i) })
 			if r.cycles == 0 {
 				return measure{}, fmt.Errorf("no cycle completed (%d errors, first: %v)", r.errors, r.firstErr)
 			}
@@ -206,7 +212,7 @@ func handoff(clients int) func(ctx context.Context, sys system, p *params) (meas
 				return measure{}, err
 			}
 			defer closeAll()
-			r := runLoop(ctx, p, ls, func(int) string { return "contended" })
+			r := runLoop(ctx, p, c, ls, func(int) string { return "contended" })
 			if r.acquires == 0 {
 				return measure{}, fmt.Errorf("no acquire completed (%d errors, first: %v)", r.errors, r.firstErr)
 			}
@@ -231,7 +237,7 @@ func latency1(ctx context.Context, sys system, p *params) (measure, error) {
 			return measure{}, err
 		}
 		defer closeAll()
-		r := runLoop(ctx, p, ls, func(int) string { return "latency" })
+		r := runLoop(ctx, p, c, ls, func(int) string { return "latency" })
 		if len(r.acq) == 0 {
 			return measure{}, fmt.Errorf("no sample (%d errors, first: %v)", r.errors, r.firstErr)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"path/filepath"
 	"runtime/pprof"
@@ -24,13 +25,14 @@ func (qlSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
 
 // qlCluster is n quorumlock replicas in this process, on loopback.
 type qlCluster struct {
+	reg   *prometheus.Registry // every replica's metrics (label member)
 	dir   string
 	peers map[uint64]string
 	nodes []*quorumlock.Node // nodes[i] has ID i+1; nil while stopped
 }
 
 func startQL(ctx context.Context, n int, dir string) (*qlCluster, error) {
-	c := &qlCluster{dir: dir, peers: map[uint64]string{}, nodes: make([]*quorumlock.Node, n)}
+	c := &qlCluster{reg: prometheus.NewRegistry(), dir: dir, peers: map[uint64]string{}, nodes: make([]*quorumlock.Node, n)}
 	lis := make([]net.Listener, n)
 	for i := range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,10 +81,15 @@ func (c *qlCluster) config(i int, lis net.Listener) quorumlock.Config {
 		SessionTTL:    defaultTTL,
 		TickInterval:  tickInterval,
 		ElectionTicks: electionTicks,
+		Metrics:       c.reg,
 	}
 }
 
 func (c *qlCluster) Members() int { return len(c.nodes) }
+
+// LogSyncs: quorumlock_log_save_seconds counts the Saves that wrote (each
+// one synced batch); commit-only hard states are not written.
+func (c *qlCluster) LogSyncs() logSyncs { return gatherLogSyncs(c.reg, "quorumlock_log_save_seconds") }
 
 func (c *qlCluster) Leader(ctx context.Context) (int, error) {
 	for {

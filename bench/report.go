@@ -133,6 +133,8 @@ func (r *row) notes() []string {
 		both("acquire p99 ms", "acquire_p99_ms")
 		both("process CPU us per cycle (all replicas and clients)", "cpu_us_per_cycle")
 		both("process cores busy", "process_cores_busy")
+		both("log fsyncs per cycle (every member; ours: quorumlock_log_save_seconds, etcd: etcd_disk_wal_fsync_duration_seconds)", "log_syncs_per_cycle")
+		both("log fsync mean ms (ours: the whole Save, Pebble's commit pipeline and WAL sync goroutine included; etcd: the fdatasync call)", "log_sync_mean_ms")
 		both("goroutine scheduling latency p50 us (runnable -> running)", "sched_latency_p50_us")
 		both("goroutine scheduling latency p90 us", "sched_latency_p90_us")
 		both("errors", "errors")

@@ -326,6 +326,7 @@ type cluster struct {
 	hook       hookFunc
 	violations []string
 	counts     map[string]int
+	onSave     map[uint64][]int // entries of each OnSave call, per member
 }
 
 // peerTransport is the Transport of one member.
@@ -351,6 +352,7 @@ func newCluster(t *testing.T, size int) *cluster {
 		fatals: make(map[uint64]*fatalLog),
 		cut:    make(map[[2]uint64]bool),
 		counts: make(map[string]int),
+		onSave: make(map[uint64][]int),
 	}
 	for i := 1; i <= size; i++ {
 		c.ids = append(c.ids, uint64(i))
@@ -370,6 +372,11 @@ func newCluster(t *testing.T, size int) *cluster {
 			ElectionTicks:  electionTicks,
 			HeartbeatTicks: 1,
 			OnFatal:        c.fatals[id].record,
+			OnSave: func(_ time.Duration, entries int) {
+				c.mu.Lock()
+				c.onSave[id] = append(c.onSave[id], entries)
+				c.mu.Unlock()
+			},
 		})
 		if err != nil {
 			t.Fatalf("New(%d): %v", id, err)

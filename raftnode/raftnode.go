@@ -129,8 +129,11 @@ type Config struct {
 	// SnapshotEntries, at most 5,000.
 	CatchUpEntries uint64
 	// OnSave, when set, is called on the node's goroutine after every Save
-	// of a Ready with how long it took and how many entries it wrote
-	// (metrics). It must not block or call into the node.
+	// that writes (raft's Ready.MustSync: new entries, term or vote; each
+	// is one synced write), with how long it took and how many entries it
+	// wrote (metrics). A hard state that only moves the commit index is
+	// not written (see storage.LogStore) and not reported. It must not
+	// block or call into the node.
 	OnSave func(d time.Duration, entries int)
 	// OnSnapshot, when set, is called on the node's goroutine after a
 	// snapshot this node took is durable, with its image size in bytes.
@@ -946,7 +949,7 @@ func (n *Node) save(rd *raft.Ready) error {
 	if err := n.cfg.Storage.Save(rd.HardState, rd.Entries); err != nil {
 		return fmt.Errorf("raftnode: saving %d entries: %w", len(rd.Entries), err)
 	}
-	if n.cfg.OnSave != nil && (len(rd.Entries) > 0 || rd.HardState != nil) {
+	if n.cfg.OnSave != nil && rd.MustSync {
 		n.cfg.OnSave(time.Since(start), len(rd.Entries))
 	}
 	n.failpoint(FailpointAfterSave)

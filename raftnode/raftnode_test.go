@@ -647,3 +647,33 @@ func TestResignSkipsUnreachable(t *testing.T) {
 	}
 	c.setHook(nil)
 }
+
+// TestOnSaveReportsWrites: OnSave reports the Saves that write (new entries,
+// term or vote), not the commit-only hard states a leader hands to Save
+// after every commit, which the stores do not write.
+func TestOnSaveReportsWrites(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.mu.Lock()
+	before := len(c.onSave[lead])
+	c.mu.Unlock()
+	for i := range 5 {
+		d := fmt.Sprint("w", i)
+		c.propose(lead, d)
+		c.waitApplied(d, c.ids...)
+	}
+	c.mu.Lock()
+	calls := c.onSave[lead][before:]
+	c.mu.Unlock()
+	entries := 0
+	for _, e := range calls {
+		if e == 0 {
+			t.Errorf("OnSave reported a Save without entries on the leader in a stable term: %v", calls)
+			break
+		}
+		entries += e
+	}
+	if entries != 5 {
+		t.Errorf("OnSave reported %d entries for 5 proposals (%v)", entries, calls)
+	}
+}
