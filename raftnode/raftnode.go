@@ -182,7 +182,8 @@ var (
 	ErrStopped = errors.New("raftnode: stopped")
 	// ErrNotLeader: Propose was called on a node that is not the leader.
 	ErrNotLeader = errors.New("raftnode: not the leader")
-	// ErrNoTransferee: Resign found no other voter it heard from recently.
+	// ErrNoTransferee: Resign found no other voter it heard from recently
+	// over a working connection.
 	ErrNoTransferee = errors.New("raftnode: no voter to transfer leadership to")
 	// ErrCorruptState: New found a log and hard state that raft cannot
 	// start from (for example a commit index past the last entry).
@@ -224,10 +225,12 @@ type Node struct {
 	appliedW  []appliedWaiter
 
 	// Owned by the run goroutine.
-	state      raft.StateType // as of the latest Ready
-	suspect    uint64         // the leader whose connection broke (0: none), see campaignIfSuspect
-	suspectAt  uint64         // the term it led in
-	silent     int            // ticks since the last message from the leader
+	state      raft.StateType    // as of the latest Ready
+	suspect    uint64            // the leader whose connection broke (0: none), see campaignIfSuspect
+	suspectAt  uint64            // the term it led in
+	silent     int               // ticks since the last message from the leader
+	ticks      uint64            // ticks since start
+	heard      map[uint64]uint64 // peer -> n.ticks at its latest message; dropped when reported unreachable
 	isLeader   bool
 	leaderTerm uint64
 	readyTerm  uint64
@@ -385,6 +388,7 @@ func New(cfg Config) (*Node, error) {
 		donec:     make(chan struct{}),
 		applied:   cfg.Applied,
 		inflight:  make(map[uint64]*readRound),
+		heard:     make(map[uint64]uint64),
 		snapc:     make(chan snapResult, 1),
 		snapIndex: cfg.Applied,
 		snapBytes: snapBytes,
@@ -559,10 +563,12 @@ func (n *Node) TransferLeadership(id uint64) {
 // than this one leads: the leadership transfer of the raft thesis §3.10
 // (MsgTimeoutNow: the transferee campaigns at once, without waiting for an
 // election timeout), which etcd's server also makes before it stops. The
-// transferee is the voter with the longest log (match index) among those the
-// leader heard from within the current election timeout (raft's
-// RecentActive, kept by CheckQuorum); a voter that is down is never picked
-// (etcd likewise picks among connected members). While the transfer runs, raft refuses proposals (Propose returns
+// transferee is the voter with the longest log (match index) among those
+// this node received a message from within the last election timeout and
+// whose connection the transport has not reported broken since (etcd
+// likewise picks among connected members); a voter that crashed is picked
+// only in the moments before either the transport notices or an election
+// timeout passes. While the transfer runs, raft refuses proposals (Propose returns
 // ErrNotLeader); raft abandons a transfer that has not finished within an
 // election timeout and this node stays leader.
 //
@@ -589,6 +595,16 @@ func (n *Node) Resign(ctx context.Context) error {
 	}
 }
 
+// reachable reports whether a message from peer id arrived within the last
+// election timeout and its connection has not been reported broken since.
+// (raft's RecentActive is no substitute: CheckQuorum clears it for every
+// peer once per election timeout until their next answers arrive, and a
+// broken connection does not clear it.)
+func (n *Node) reachable(id uint64) bool {
+	at, ok := n.heard[id]
+	return ok && n.ticks-at < uint64(n.cfg.ElectionTicks)
+}
+
 // resign picks Resign's transferee and starts the transfer.
 func (n *Node) resign() error {
 	st := n.rn.Status()
@@ -597,7 +613,7 @@ func (n *Node) resign() error {
 	}
 	var best, bestMatch uint64
 	for id, pr := range st.Progress {
-		if id == n.cfg.ID || pr.IsLearner || !pr.RecentActive {
+		if id == n.cfg.ID || pr.IsLearner || !n.reachable(id) {
 			continue
 		}
 		if best == 0 || pr.Match > bestMatch || pr.Match == bestMatch && id < best {
@@ -626,6 +642,7 @@ func (n *Node) run() {
 	for {
 		select {
 		case <-ticker.C():
+			n.ticks++
 			n.rn.Tick()
 			n.tickReads()
 			n.campaignIfSuspect()
@@ -684,6 +701,7 @@ func (n *Node) report(rep report) {
 		return
 	}
 	n.rn.ReportUnreachable(rep.unreachable)
+	delete(n.heard, rep.unreachable)
 	if bs := n.rn.BasicStatus(); bs.RaftState == raft.StateFollower && bs.Lead == rep.unreachable {
 		n.suspect, n.suspectAt = bs.Lead, bs.GetTerm()
 	}
@@ -836,6 +854,7 @@ func (n *Node) step(m *raftpb.Message) {
 	if m.GetFrom() == n.status.Load().Leader {
 		n.silent = 0
 	}
+	n.heard[m.GetFrom()] = n.ticks
 	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		n.log.Debug("raft step", zap.Error(err))
 	}

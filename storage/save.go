@@ -27,8 +27,10 @@ type SaveInput struct {
 // error messages) whose entries up to covered are in the snapshot or
 // compacted, whose last index is last and whose current hard state is prev
 // (nil: none yet). ents must be non-nil and consecutive and, once trimmed,
-// start at or below last+1; otherwise it returns an error (wrapping
-// ErrNonContiguous for the index rules) and the backend must write nothing.
+// start at or below last+1, and a hard state must not commit past the last
+// index the Save leaves; otherwise it returns an error (wrapping
+// ErrNonContiguous or ErrCommitBeyondLog) and the backend must write
+// nothing.
 // ok is false when there is nothing to write at all.
 func PrepareSave(backend string, st *raftpb.HardState, ents []*raftpb.Entry, covered, last uint64, prev *raftpb.HardState) (in SaveInput, ok bool, err error) {
 	for k, e := range ents {
@@ -49,6 +51,14 @@ func PrepareSave(backend string, st *raftpb.HardState, ents []*raftpb.Entry, cov
 	}
 	if raft.IsEmptyHardState(st) {
 		return SaveInput{Entries: ents}, len(ents) > 0, nil
+	}
+	after := last // the last index once ents are written
+	if len(ents) > 0 {
+		after = ents[len(ents)-1].GetIndex()
+	}
+	if c := st.GetCommit(); c > after && c > covered {
+		return in, false, fmt.Errorf("%s: Save: hard state commits index %d past the last index %d: %w",
+			backend, c, after, ErrCommitBeyondLog)
 	}
 	hs := proto.Clone(st).(*raftpb.HardState)
 	if prev == nil {

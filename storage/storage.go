@@ -66,7 +66,8 @@ type LogStore interface {
 	// synced write (a commit-only st without ents is deferred to the next
 	// Save, see LogStore). ents are consecutive and start at or below LastIndex()+1;
 	// otherwise Save returns an error wrapping ErrNonContiguous and writes
-	// nothing. Entries at or below the latest snapshot's index are covered by
+	// nothing; st's commit index past the last index the Save leaves
+	// returns an error wrapping ErrCommitBeyondLog and writes nothing. Entries at or below the latest snapshot's index are covered by
 	// it and skipped (raft never rewrites them: a snapshot holds only
 	// committed entries). An entry above it and at or below LastIndex()
 	// replaces the stored entry with its index and drops every entry after it
@@ -131,4 +132,9 @@ var (
 	// ErrNonContiguous is returned by Save for entries that leave a gap after
 	// the last index or are not consecutive.
 	ErrNonContiguous = errors.New("storage: entries are not contiguous with the log")
+
+	// ErrCommitBeyondLog is returned by Save for a hard state whose commit
+	// index is past the last index the Save leaves (raft never commits an
+	// entry a log does not hold; a store holding one could not be opened).
+	ErrCommitBeyondLog = errors.New("storage: commit index beyond the last log index")
 )

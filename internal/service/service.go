@@ -34,6 +34,9 @@ type Raft interface {
 	ReadIndex(ctx context.Context) (uint64, error)
 	WaitApplied(ctx context.Context, index uint64) error
 	Status() raftnode.Status
+	// LeaderChanged returns a channel closed at the next change of the
+	// leader or term in Status.
+	LeaderChanged() <-chan struct{}
 }
 
 // Config configures a Service.
@@ -365,20 +368,24 @@ func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 	timer := time.NewTimer(s.cfg.ReadyWait)
 	defer timer.Stop()
 	for {
+		// Both signals: raftnode reports a lost leadership (readyC) before
+		// it publishes the Status naming the new leader (LeaderChanged).
+		leaderChanged := s.raft.LeaderChanged()
 		s.mu.Lock()
-		changed := s.readyC
+		readyChanged := s.readyC
 		s.mu.Unlock()
 		if code, hint = s.readyCode(); code != lockpb.Code_CODE_UNAVAILABLE {
 			return code, hint
 		}
 		select {
-		case <-changed:
+		case <-readyChanged:
+		case <-leaderChanged:
 		case <-ctx.Done():
-			return code, hint
+			return s.readyCode()
 		case <-timer.C:
-			return code, hint
+			return s.readyCode()
 		case <-s.stopc:
-			return code, hint
+			return s.readyCode()
 		}
 	}
 }

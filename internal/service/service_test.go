@@ -29,6 +29,23 @@ type fakeRaft struct {
 	readErr error
 	reads   int
 	leader  uint64
+	changed chan struct{} // closed and replaced by setLeader
+}
+
+// setLeader changes the leader Status reports and signals LeaderChanged,
+// as raftnode publishes them together.
+func (f *fakeRaft) setLeader(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leader = id
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeRaft) LeaderChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
 }
 
 func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
@@ -83,7 +100,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	clk := clock.NewManual(time.Unix(1000, 0))
 	svc := New(Config{Clock: clk, Limits: fsm.Limits{MinTTL: int64(time.Second), MaxTTL: int64(time.Hour)}})
-	f := &fakeRaft{svc: svc, term: 2, leader: 1}
+	f := &fakeRaft{svc: svc, term: 2, leader: 1, changed: make(chan struct{})}
 	svc.Bind(f)
 	h := &harness{t: t, svc: svc, raf: f, clk: clk}
 	h.becomeLeader()
@@ -248,9 +265,7 @@ func TestLeaderLostAnswersWaiters(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	h.raf.mu.Lock()
-	h.raf.leader = 2
-	h.raf.mu.Unlock()
+	h.raf.setLeader(2)
 	h.svc.LeaderLost()
 	if r := <-got; r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
 		t.Fatalf("waiter answered %v, want NOT_LEADER", r)
@@ -292,20 +307,45 @@ func TestRequestWaitsForLeaderReady(t *testing.T) {
 	h.svc.LeaderLost()
 	send(2)
 	time.Sleep(20 * time.Millisecond)
-	h.raf.mu.Lock()
-	h.raf.leader = 2
-	h.raf.mu.Unlock()
+	h.raf.setLeader(2)
 	h.svc.LeaderLost() // deposed
 	if r := <-got; r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 2 {
 		t.Fatalf("held request answered %v after the leader was deposed; want NOT_LEADER, hint 2", r)
 	}
 
-	h.raf.mu.Lock()
-	h.raf.leader = 1
-	h.raf.mu.Unlock()
+	h.raf.setLeader(1)
 	h.svc.cfg.ReadyWait = 30 * time.Millisecond
 	send(3)
 	if r := <-got; r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
 		t.Fatalf("request at a leader that never became ready: %v; want UNAVAILABLE after ReadyWait", r)
+	}
+}
+
+// A request held at a not-ready leader is answered NOT_LEADER with the new
+// leader's hint as soon as the Status names it, also when, as in raftnode,
+// LeaderLost comes first and the Status after it. (Found by review: it
+// used to sleep until ReadyWait and answer with the stale code and hint.)
+func TestAwaitReadyDeposedBeforeStatus(t *testing.T) {
+	h := newHarness(t)
+	a := h.open(time.Minute)
+	h.svc.cfg.ReadyWait = time.Minute
+	h.svc.LeaderLost() // new term, raft leader (Status) but not ready
+	got := make(chan *lockpb.Response, 1)
+	go func() {
+		resp, _ := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"})
+		got <- resp
+	}()
+	time.Sleep(30 * time.Millisecond) // the request is held
+
+	h.svc.LeaderLost()
+	time.Sleep(5 * time.Millisecond)
+	h.raf.setLeader(2)
+	select {
+	case r := <-got:
+		if r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 2 {
+			t.Fatalf("answered %v; want NOT_LEADER hint 2", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request held at a deposed leader was not answered within 5 s")
 	}
 }

@@ -510,7 +510,7 @@ func TestSnapshotAfterCommitOnlySave(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	s := openT(t, "db", Options{FS: mem}, defaultCacheLimits)
 	for i := uint64(1); i <= 10; i++ {
-		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(uint64(5))}, []*raftpb.Entry{paddedEntry(i)}); err != nil {
+		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(min(i, 5))}, []*raftpb.Entry{paddedEntry(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -592,8 +592,9 @@ func (s *Store) identity() (storage.Identity, bool, error) {
 	return id, true, nil
 }
 
-// Close closes the Pebble database. It does not sync: every write already
-// did. Calls after the first return ErrClosed.
+// Close writes a deferred commit-only hard state (one synced batch; skipped
+// after a write failure), then closes the Pebble database. Calls after the
+// first return ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -546,9 +546,19 @@ func testBadInput(t *testing.T, h *harness) {
 	noPanic("Save with a nil entry", func() error { return h.s.Save(nil, []*raftpb.Entry{entry(6, 1), nil}) })
 	noPanic("Save of a lone nil entry", func() error { return h.s.Save(nil, []*raftpb.Entry{nil}) })
 	noPanic("SaveSnapshot(nil)", func() error { return h.s.SaveSnapshot(nil) })
+	for _, c := range []struct {
+		what string
+		ents []*raftpb.Entry
+	}{{"commit-only Save past the last index", nil}, {"Save committing past its entries", entries(6, 7, 1)}} {
+		if err := h.s.Save(hardState(1, 1, 9), c.ents); !errors.Is(err, storage.ErrCommitBeyondLog) {
+			t.Fatalf("%s: %v, want ErrCommitBeyondLog", c.what, err)
+		}
+	}
 	noPanic("Entries(4, 3)", func() error { return errOf(h.s.Entries(4, 3, noLimit)) })
 	noPanic("Entries(2, 100)", func() error { return errOf(h.s.Entries(2, 100, noLimit)) })
 	noPanic("Entries(7, 8)", func() error { return errOf(h.s.Entries(7, 8, noLimit)) })
+	checkLog(t, h.s, want)
+	h.reopen() // nothing bad was kept for Close to write
 	checkLog(t, h.s, want)
 }
 

@@ -399,9 +399,11 @@ func (s *Store) Identity() (storage.Identity, bool, error) {
 	return s.meta.identity, s.meta.hasIdentity, nil
 }
 
-// Close closes the WAL (which syncs its last segment) and releases the
-// directory lock. After a write failure closing the WAL may fail too; the
-// lock is released anyway. Calls after the first return ErrClosed.
+// Close records a deferred commit-only hard state in the WAL (skipped after
+// a write failure), closes the WAL (which syncs its last segment) and
+// releases the directory lock. After a write failure closing the WAL may
+// fail too; the lock is released anyway. Calls after the first return
+// ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -338,8 +338,10 @@ func (n *nemesis) leaderRounds(kind string, hold, down time.Duration, lose func(
 	rounds := 0
 	for time.Now().Before(end) {
 		if l := n.healthyLeader(); l != 0 {
-			what := lose(l)
+			// Measured from before the fault: a graceful shutdown refuses
+			// proposals while it hands leadership over.
 			n.measure(kind, l, []uint64{l}, true)
+			what := lose(l)
 			n.h.Fault(kind, "%s", what)
 			rounds++
 			time.Sleep(down)

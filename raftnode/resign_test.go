@@ -1,0 +1,95 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestResignSkipsJustCrashedVoter: a follower that went down less than an
+// election timeout ago is still RecentActive in raft (cleared only at the
+// next CheckQuorum), but its broken connection (ReportUnreachable) rules it
+// out: with an equal log and the lower ID it would otherwise be picked, the
+// transfer would go nowhere and proposals would be refused until raft
+// abandoned it. (Found by review.)
+func TestResignSkipsJustCrashedVoter(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	fs := c.others(lead) // ascending: the lower ID wins a tie
+	down, up := fs[0], fs[1]
+
+	c.isolate(down)                       // it crashed: nothing reaches it or comes from it
+	c.nodes[lead].ReportUnreachable(down) // its stream broke
+	time.Sleep(5 * time.Millisecond)
+
+	stop := c.tickInBackground()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := c.nodes[lead].Resign(ctx)
+	if err != nil {
+		t.Fatalf("Resign with voter %d up and voter %d down since a moment: %v; want a hand-over to %d", up, down, err, up)
+	}
+	if st := c.nodes[up].Status(); st.State != raft.StateLeader {
+		t.Fatalf("%d is %v; want leader", up, st.State)
+	}
+}
+
+// TestResignRightAfterCheckQuorum: raft's RecentActive is cleared for
+// every follower by each CheckQuorum and set again only when their next
+// answers arrive, one round trip later; Resign must still find a
+// transferee in that window in a healthy cluster. Here answers to the
+// leader take one tick (RTT < tick); Resign is called after each tick,
+// with the transfer itself kept from finishing (MsgTimeoutNow dropped) so
+// the test can call it again. (Found by review.)
+func TestResignRightAfterCheckQuorum(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+
+	var mu sync.Mutex
+	var held []*raftpb.Message
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if m.GetType() == raftpb.MsgTimeoutNow {
+			return false
+		}
+		if m.GetTo() == lead && from != lead {
+			mu.Lock()
+			held = append(held, proto.Clone(m).(*raftpb.Message))
+			mu.Unlock()
+			return false
+		}
+		return true
+	})
+	defer c.setHook(nil)
+	for i := range 3 * electionTicks {
+		mu.Lock()
+		ms := held
+		held = nil
+		mu.Unlock()
+		for _, m := range ms {
+			c.deliver(m)
+		}
+		time.Sleep(2 * time.Millisecond)
+		c.clk.tick()
+		time.Sleep(2 * time.Millisecond)
+		if st := c.nodes[lead].Status(); st.State != raft.StateLeader {
+			t.Fatalf("tick %d: %d lost leadership (%v)", i, lead, st.State)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		err := c.nodes[lead].Resign(ctx)
+		cancel()
+		if errors.Is(err, ErrNoTransferee) {
+			t.Fatalf("tick %d: Resign: %v, although both followers answered within the last tick", i, err)
+		}
+	}
+}
