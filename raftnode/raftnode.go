@@ -236,6 +236,7 @@ type Node struct {
 	readyTerm  uint64
 	readSeq    uint64
 	pending    []*readRequest // arrived, not yet covered by an issued round
+	props      []proposal     // data proposals taken this turn, see flushProposals
 	inflight   map[uint64]*readRound
 	confState  *raftpb.ConfState // as of the last applied conf change
 	snapIndex  uint64            // index of the latest snapshot (taken or received)
@@ -666,6 +667,7 @@ func (n *Node) run() {
 		// fsync) carries every proposal and answer that arrived while the
 		// last one was being written, and queued reads share one round.
 		n.drain()
+		n.flushProposals()
 		n.issueReads()
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
@@ -826,22 +828,49 @@ func (n *Node) saveSnapshot(r snapResult) error {
 	return nil
 }
 
+// propose queues a data proposal for flushProposals, or carries out a
+// transfer request after the proposals queued before it.
 func (n *Node) propose(p proposal) {
+	if !p.resign && p.transfer == 0 {
+		n.props = append(n.props, p)
+		return
+	}
+	n.flushProposals()
 	if p.resign {
 		p.errc <- n.resign()
 		return
 	}
-	if p.transfer != 0 {
-		n.rn.TransferLeader(p.transfer)
+	n.rn.TransferLeader(p.transfer)
+}
+
+// flushProposals hands the queued proposals to raft as one MsgProp: raft
+// appends them together and sends each follower one MsgApp for all of
+// them (a MsgProp per proposal would make a MsgApp, and a MsgAppResp, per
+// proposal and follower). They are accepted or refused together
+// (ErrNotLeader: not the leader, a leadership transfer under way, or too
+// much uncommitted).
+func (n *Node) flushProposals() {
+	if len(n.props) == 0 {
 		return
 	}
 	var err error
 	if n.rn.BasicStatus().RaftState != raft.StateLeader {
 		err = ErrNotLeader
-	} else if err = n.rn.Propose(p.data); errors.Is(err, raft.ErrProposalDropped) {
-		err = ErrNotLeader
+	} else {
+		ents := make([]*raftpb.Entry, len(n.props))
+		for i, p := range n.props {
+			ents[i] = &raftpb.Entry{Data: p.data}
+		}
+		err = n.rn.Step(&raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: new(n.cfg.ID), Entries: ents})
+		if errors.Is(err, raft.ErrProposalDropped) {
+			err = ErrNotLeader
+		}
 	}
-	p.errc <- err
+	for i, p := range n.props {
+		p.errc <- err
+		n.props[i] = proposal{}
+	}
+	n.props = n.props[:0]
 }
 
 func (n *Node) step(m *raftpb.Message) {

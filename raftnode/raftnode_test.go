@@ -513,6 +513,16 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 	c.propose(lead, "x")
 	c.waitApplied("x", c.ids...)
 	term := c.nodes[lead].Status().Term
+	// The assertions count ticks: give each one time for the heartbeats
+	// and answers it causes (tickUntil's pause can be too short for them
+	// under the race detector, and the followers' silence counters would
+	// run ahead of the messages).
+	calmTick := func() {
+		c.clk.tick()
+		time.Sleep(2 * time.Millisecond)
+	}
+	calmTick()
+	calmTick()
 
 	// One follower's connection to the live leader breaks, and the
 	// leader's next heartbeat to it is a tick late. A pre-candidate forgets
@@ -529,8 +539,7 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 		if i == 1 {
 			late.Store(false)
 		}
-		c.clk.tick()
-		time.Sleep(200 * time.Microsecond)
+		calmTick()
 		if st := c.nodes[f].Status(); st.State != raft.StateFollower {
 			t.Fatalf("tick %d: the follower that reported a live leader became %v", i, st.State)
 		}
@@ -545,6 +554,13 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 
 	c.isolate(lead)
 	rest := c.others(lead)
+	// The transport reports a broken stream after the messages that came
+	// through it: let the followers handle those first (one handled after
+	// the report would show the leader alive and cancel the suspicion).
+	time.Sleep(2 * time.Millisecond)
+	for _, id := range rest {
+		c.waitFor("queued messages to be handled", func() bool { return len(c.nodes[id].recvc) == 0 })
+	}
 	for _, id := range rest {
 		c.nodes[id].ReportUnreachable(lead)
 	}
@@ -558,18 +574,32 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 		read.Store(true)
 	}()
 	c.waitFor("the read to be issued", func() bool { return len(c.nodes[rest[0]].readc) == 0 })
+	// Ticks are counted, so each is given time for the pre-vote, vote and
+	// append rounds it may start (tickUntil's pause can be too short for
+	// them under the race detector, and more ticks would pass meanwhile).
 	ticks := 0
-	c.tickUntil("a new leader", func() bool {
-		ticks++
-		return c.leaderAmong(rest) != 0
-	})
+	slowTickUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(waitTimeout)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			c.clk.tick()
+			ticks++
+			for range 100 { // up to 25 ms a tick
+				if cond() {
+					return
+				}
+				time.Sleep(250 * time.Microsecond)
+			}
+		}
+	}
+	slowTickUntil("a new leader", func() bool { return c.leaderAmong(rest) != 0 })
 	if ticks >= electionTicks {
 		t.Errorf("a new leader took %d ticks after the reports; without them it takes at least an election timeout (%d)", ticks, electionTicks)
 	}
-	c.tickUntil("the read", func() bool {
-		ticks++
-		return read.Load()
-	})
+	slowTickUntil("the read", read.Load)
 	if ticks >= electionTicks {
 		t.Errorf("the read sent to the dead leader was answered %d ticks after the failure; a retry after an election timeout (%d) takes longer", ticks, electionTicks)
 	}
@@ -599,13 +629,15 @@ func TestResign(t *testing.T) {
 	if err := c.nodes[lead].Resign(testCtx(t)); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
-	st := c.nodes[ahead].Status()
-	if st.State != raft.StateLeader || st.Term != term+1 {
-		t.Fatalf("after Resign the most up-to-date follower %d is %v in term %d; want leader in term %d", ahead, st.State, st.Term, term+1)
+	if st := c.nodes[lead].Status(); st.State != raft.StateFollower || st.Leader != ahead || st.Term != term+1 {
+		t.Fatalf("the resigned leader is %v following %d in term %d; want a follower of %d in term %d", st.State, st.Leader, st.Term, ahead, term+1)
 	}
-	if st := c.nodes[lead].Status(); st.State != raft.StateFollower || st.Leader != ahead {
-		t.Fatalf("the resigned leader is %v following %d; want a follower of %d", st.State, st.Leader, ahead)
-	}
+	// The transferee publishes its own Status after its Ready, which may
+	// come after the old leader has heard from it.
+	c.waitFor("the transferee to report itself leader", func() bool {
+		st := c.nodes[ahead].Status()
+		return st.State == raft.StateLeader && st.Term == term+1
+	})
 	c.setHook(nil)
 	c.propose(ahead, "z")
 	c.waitApplied("z", c.ids...)
@@ -642,9 +674,10 @@ func TestResignSkipsUnreachable(t *testing.T) {
 	if err := c.nodes[lead].Resign(testCtx(t)); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
-	if st := c.nodes[up].Status(); st.State != raft.StateLeader {
-		t.Fatalf("the reachable follower %d is %v after Resign; want leader", up, st.State)
+	if st := c.nodes[lead].Status(); st.Leader != up {
+		t.Fatalf("after Resign the old leader follows %d; want the reachable follower %d", st.Leader, up)
 	}
+	c.waitFor("the reachable follower to report itself leader", func() bool { return c.nodes[up].Status().State == raft.StateLeader })
 	c.setHook(nil)
 }
 
@@ -675,5 +708,63 @@ func TestOnSaveReportsWrites(t *testing.T) {
 	}
 	if entries != 5 {
 		t.Errorf("OnSave reported %d entries for 5 proposals (%v)", entries, calls)
+	}
+}
+
+// TestProposalsBatched: the proposals queued while the leader's loop was
+// busy (here in a held Save) go to raft as one batch, so each follower gets
+// them in one MsgApp, not one MsgApp (and one MsgAppResp) per proposal.
+func TestProposalsBatched(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "warm")
+	c.waitApplied("warm", c.ids...)
+	f := c.others(lead)[0]
+
+	var mu sync.Mutex
+	var sizes []int // data entries of each MsgApp from the leader to f
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if from == lead && m.GetTo() == f && m.GetType() == raftpb.MessageType_MsgApp {
+			k := 0
+			for _, e := range m.GetEntries() {
+				if len(e.GetData()) > 0 {
+					k++
+				}
+			}
+			if k > 0 {
+				mu.Lock()
+				sizes = append(sizes, k)
+				mu.Unlock()
+			}
+		}
+		return true
+	})
+	defer c.setHook(nil)
+
+	g := c.stores[lead].holdNextSave()
+	c.propose(lead, "hold")
+	waitDone(t, "the leader's Save to block", g.entered)
+	const n = 10
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.propose(lead, fmt.Sprint("b", i))
+		}()
+	}
+	c.waitFor("the proposals to queue", func() bool { return len(c.nodes[lead].propc) == n })
+	mu.Lock()
+	sizes = nil
+	mu.Unlock()
+	g.open()
+	wg.Wait()
+	for i := range n {
+		c.waitApplied(fmt.Sprint("b", i), c.ids...)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 || sizes[0] != n {
+		t.Fatalf("the %d queued proposals reached follower %d in MsgApps of %v data entries; want one of %d", n, f, sizes, n)
 	}
 }
