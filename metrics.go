@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,43 @@ type nodeMetrics struct {
 	savedEntries prometheus.Counter
 	snapshots    prometheus.Counter
 	snapshotSize prometheus.Gauge
+
+	// byRequest caches the request metrics of each (op, result) seen, so
+	// that a request costs no label formatting or vector lookup.
+	byRequest sync.Map // requestKey -> *requestMetrics
+}
+
+// requestKey is a request's op and result: a lockpb.Code, or one of
+// resultCanceled and resultError.
+type requestKey struct{ op, result int32 }
+
+const (
+	resultCanceled int32 = -1
+	resultError    int32 = -2
+)
+
+type requestMetrics struct {
+	count prometheus.Counter
+	time  prometheus.Observer
+}
+
+func (m *nodeMetrics) request(k requestKey) *requestMetrics {
+	if r, ok := m.byRequest.Load(k); ok {
+		return r.(*requestMetrics)
+	}
+	code := "canceled"
+	switch {
+	case k.result == resultError:
+		code = "error"
+	case k.result >= 0:
+		code = codeLabel(lockpb.Code(k.result))
+	}
+	name := opLabel(lockpb.Op(k.op))
+	r, _ := m.byRequest.LoadOrStore(k, &requestMetrics{
+		count: m.requests.WithLabelValues(name, code),
+		time:  m.requestTime.WithLabelValues(name),
+	})
+	return r.(*requestMetrics)
 }
 
 // latencyBuckets run from 100 us to about 3.3 s.
@@ -118,15 +156,15 @@ func (m *nodeMetrics) serviceHooks() service.Hooks {
 	}
 	return service.Hooks{
 		Request: func(op lockpb.Op, resp *lockpb.Response, err error, d time.Duration) {
-			code := "canceled"
+			k := requestKey{op: int32(op), result: resultCanceled}
 			if err == nil {
-				code = codeLabel(resp.GetCode())
+				k.result = int32(resp.GetCode())
 			} else if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				code = "error"
+				k.result = resultError
 			}
-			name := opLabel(op)
-			m.requests.WithLabelValues(name, code).Inc()
-			m.requestTime.WithLabelValues(name).Observe(d.Seconds())
+			r := m.request(k)
+			r.count.Inc()
+			r.time.Observe(d.Seconds())
 		},
 		Heartbeats: func(alive, gone int) {
 			m.heartbeats.WithLabelValues("alive").Add(float64(alive))
