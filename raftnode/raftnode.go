@@ -702,6 +702,14 @@ func (n *Node) report(rep report) {
 		n.rn.ReportSnapshot(rep.snapshot, rep.status)
 		return
 	}
+	// The messages queued now arrived before the report (the transport
+	// reports a stream broken after delivering what came through it): step
+	// them first, so that the dead leader's last heartbeat, handled after
+	// the report, does not pass for a sign of life and cancel the
+	// suspicion.
+	for range len(n.recvc) {
+		n.step(<-n.recvc)
+	}
 	n.rn.ReportUnreachable(rep.unreachable)
 	delete(n.heard, rep.unreachable)
 	if bs := n.rn.BasicStatus(); bs.RaftState == raft.StateFollower && bs.Lead == rep.unreachable {

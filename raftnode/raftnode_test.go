@@ -768,3 +768,28 @@ func TestProposalsBatched(t *testing.T) {
 		t.Fatalf("the %d queued proposals reached follower %d in MsgApps of %v data entries; want one of %d", n, f, sizes, n)
 	}
 }
+
+// TestReportAfterQueuedMessages: an unreachable report is handled after the
+// messages already queued (they came through the connection before it
+// broke), so the dead leader's last heartbeat does not cancel the
+// suspicion that starts the fast campaign. (A failover in the bench took
+// an election timeout when it did.) The node is not started: the test
+// plays its loop.
+func TestReportAfterQueuedMessages(t *testing.T) {
+	n, err := New(Config{
+		ID: 1, Peers: []uint64{1, 2, 3}, Storage: newMemStore(), Transport: peerTransport{},
+		StateMachine: &recSM{}, TickInterval: testTick, ElectionTicks: electionTicks,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.recvc <- &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(5))}
+	n.report(report{unreachable: 2})
+	if n.suspect != 2 || n.suspectAt != 5 {
+		t.Fatalf("suspect %d in term %d after the leader's queued heartbeat and the report; want 2 in term 5", n.suspect, n.suspectAt)
+	}
+	n.step(&raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(5))})
+	if n.suspect != 0 {
+		t.Fatal("a heartbeat from the leader after the report left it suspect")
+	}
+}
