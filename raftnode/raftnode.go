@@ -29,6 +29,7 @@ package raftnode
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -581,6 +582,12 @@ func (n *Node) Resign(ctx context.Context) error {
 	if err := n.submit(ctx, proposal{resign: true, errc: make(chan error, 1)}); err != nil {
 		return err
 	}
+	// A transferee that crashed an instant before is still reachable by
+	// the rules above until its silence shows; every few heartbeats
+	// without a new leader the choice is made again, and raft switches the
+	// transfer to a different pick.
+	retry := time.NewTicker(time.Duration(2*n.cfg.HeartbeatTicks+2) * n.cfg.TickInterval)
+	defer retry.Stop()
 	for {
 		if st := n.Status(); st.Leader != 0 && st.Leader != n.cfg.ID {
 			return nil
@@ -588,6 +595,11 @@ func (n *Node) Resign(ctx context.Context) error {
 		select {
 		case <-leaderC:
 			leaderC = n.LeaderChanged()
+		case <-retry.C:
+			err := n.submit(ctx, proposal{resign: true, errc: make(chan error, 1)})
+			if errors.Is(err, ErrStopped) || ctx.Err() != nil {
+				return cmp.Or(ctx.Err(), err)
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-n.donec:
@@ -612,13 +624,19 @@ func (n *Node) resign() error {
 	if st.RaftState != raft.StateLeader {
 		return ErrNotLeader
 	}
+	// Preference: heard from within the last heartbeat interval or so (a
+	// live follower answers every heartbeat; one that has just crashed
+	// falls silent), then the longest log, then the lowest ID.
 	var best, bestMatch uint64
+	bestFresh := false
 	for id, pr := range st.Progress {
 		if id == n.cfg.ID || pr.IsLearner || !n.reachable(id) {
 			continue
 		}
-		if best == 0 || pr.Match > bestMatch || pr.Match == bestMatch && id < best {
-			best, bestMatch = id, pr.Match
+		fresh := n.ticks-n.heard[id] <= uint64(n.cfg.HeartbeatTicks)+1
+		if best == 0 || fresh && !bestFresh ||
+			fresh == bestFresh && (pr.Match > bestMatch || pr.Match == bestMatch && id < best) {
+			best, bestMatch, bestFresh = id, pr.Match, fresh
 		}
 	}
 	if best == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +94,42 @@ func TestResignRightAfterCheckQuorum(t *testing.T) {
 		if errors.Is(err, ErrNoTransferee) {
 			t.Fatalf("tick %d: Resign: %v, although both followers answered within the last tick", i, err)
 		}
+	}
+}
+
+// TestResignRetriesSilentTransferee: a follower that crashed an instant
+// before Resign, with no broken connection reported yet, may be picked (it
+// answered the last heartbeat, has an equal log and the lower ID); once it
+// has missed a few heartbeats Resign picks again, and the live follower
+// takes over.
+func TestResignRetriesSilentTransferee(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	fs := c.others(lead) // ascending: the lower ID wins a tie
+	down, up := fs[0], fs[1]
+
+	var timeoutNowToDown atomic.Bool
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if from == down || m.GetTo() == down {
+			if m.GetType() == raftpb.MessageType_MsgTimeoutNow {
+				timeoutNowToDown.Store(true)
+			}
+			return false // it crashed
+		}
+		return true
+	})
+	defer c.setHook(nil)
+	done := make(chan error, 1)
+	go func() { done <- c.nodes[lead].Resign(testCtx(t)) }()
+	c.waitFor("the first pick, the crashed follower", timeoutNowToDown.Load)
+	stop := c.tickInBackground()
+	defer stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	if st := c.nodes[lead].Status(); st.Leader != up {
+		t.Fatalf("after Resign the old leader follows %d; want the live follower %d", st.Leader, up)
 	}
 }
