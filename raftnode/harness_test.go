@@ -636,6 +636,16 @@ func (c *cluster) waitLeader(members ...uint64) uint64 {
 	return lead
 }
 
+// settledLeader waits for a leader and for an entry it proposed ("x") to be
+// applied everywhere, and returns the leader.
+func (c *cluster) settledLeader() uint64 {
+	c.t.Helper()
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	return lead
+}
+
 // transfer ticks until to is the ready leader of every member, asking
 // the current leader to hand over (again, should a transfer time out).
 func (c *cluster) transfer(to uint64) {

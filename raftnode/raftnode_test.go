@@ -509,9 +509,7 @@ func TestSnapshotDue(t *testing.T) {
 // pre-vote while it hears from the leader, CheckQuorum's lease).
 func TestCampaignOnLostLeaderConnection(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "x")
-	c.waitApplied("x", c.ids...)
+	lead := c.settledLeader()
 	term := c.nodes[lead].Status().Term
 	// The assertions count ticks: give each one time for the heartbeats
 	// and answers it causes (tickUntil's pause can be too short for them
@@ -611,9 +609,7 @@ func TestCampaignOnLostLeaderConnection(t *testing.T) {
 // transferee leads.
 func TestResign(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "x")
-	c.waitApplied("x", c.ids...)
+	lead := c.settledLeader()
 	fs := c.others(lead)
 	behind, ahead := fs[0], fs[1]
 
@@ -661,9 +657,7 @@ func TestResignAlone(t *testing.T) {
 // abandons it).
 func TestResignSkipsUnreachable(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "x")
-	c.waitApplied("x", c.ids...)
+	lead := c.settledLeader()
 	fs := c.others(lead) // ascending
 	down, up := fs[0], fs[1]
 	c.setHook(func(from uint64, m *raftpb.Message) bool { return from != down && m.GetTo() != down })

@@ -21,9 +21,7 @@ import (
 // abandoned it. (Found by review.)
 func TestResignSkipsJustCrashedVoter(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "x")
-	c.waitApplied("x", c.ids...)
+	lead := c.settledLeader()
 	fs := c.others(lead) // ascending: the lower ID wins a tie
 	down, up := fs[0], fs[1]
 
@@ -55,9 +53,7 @@ func TestResignSkipsJustCrashedVoter(t *testing.T) {
 // the test can call it again. (Found by review.)
 func TestResignRightAfterCheckQuorum(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "x")
-	c.waitApplied("x", c.ids...)
+	lead := c.settledLeader()
 
 	var mu sync.Mutex
 	var held []*raftpb.Message
@@ -104,9 +100,7 @@ func TestResignRightAfterCheckQuorum(t *testing.T) {
 // takes over.
 func TestResignRetriesSilentTransferee(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "x")
-	c.waitApplied("x", c.ids...)
+	lead := c.settledLeader()
 	fs := c.others(lead) // ascending: the lower ID wins a tie
 	down, up := fs[0], fs[1]
 
