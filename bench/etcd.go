@@ -69,17 +69,13 @@ func startEtcdOnce(ctx context.Context, n int, dir string) (*etcdCluster, error)
 		clients: make([]*clientv3.Client, n),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	for range n {
-		pp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		cp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		c.peerURLs = append(c.peerURLs, url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pp)})
-		c.clientURLs = append(c.clientURLs, url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cp)})
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	for i := range n {
+		c.peerURLs = append(c.peerURLs, url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])})
+		c.clientURLs = append(c.clientURLs, url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])})
 	}
 	for i := range n {
 		e, err := embed.StartEtcd(c.config(i))

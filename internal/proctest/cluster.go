@@ -111,8 +111,8 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 	t.Helper()
 	opts.withDefaults()
 	c := &Cluster{t: t, bin: bin, dir: t.TempDir(), opts: opts, peers: map[uint64]string{}, procs: map[uint64]*proc{}}
-	for id := uint64(1); id <= uint64(opts.Size); id++ {
-		c.peers[id] = freeAddr(t)
+	for i, a := range freeAddrs(t, opts.Size) {
+		c.peers[uint64(i+1)] = a
 	}
 	t.Cleanup(c.cleanup)
 	errs := make(chan error, opts.Size)
@@ -127,14 +127,21 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 	return c
 }
 
-func freeAddr(t testing.TB) string {
+// freeAddrs returns n distinct free loopback addresses. The listeners are
+// all held open until every port is picked: one closed at once could be
+// handed out again by the next Listen (CI saw two members share a port).
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // IDs returns the member IDs in ascending order.
