@@ -385,8 +385,7 @@ func (n *Node) close(handoff bool) error {
 
 // handOff transfers leadership before Close stops the replica.
 func (n *Node) handOff() {
-	timeout := time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.electionTimeout())
 	defer cancel()
 	start := time.Now()
 	if err := n.raft.Resign(ctx); err != nil {

@@ -608,14 +608,14 @@ func (n *Node) Resign(ctx context.Context) error {
 	}
 }
 
-// reachable reports whether a message from peer id arrived within the last
-// election timeout and its connection has not been reported broken since.
-// (raft's RecentActive is no substitute: CheckQuorum clears it for every
-// peer once per election timeout until their next answers arrive, and a
-// broken connection does not clear it.)
-func (n *Node) reachable(id uint64) bool {
+// silence returns how many ticks ago a message from peer id arrived; ok is
+// false when none has since the transport last reported its connection
+// broken. (raft's RecentActive is no substitute: CheckQuorum clears it for
+// every peer once per election timeout until their next answers arrive,
+// and a broken connection does not clear it.)
+func (n *Node) silence(id uint64) (ticks uint64, ok bool) {
 	at, ok := n.heard[id]
-	return ok && n.ticks-at < uint64(n.cfg.ElectionTicks)
+	return n.ticks - at, ok
 }
 
 // resign picks Resign's transferee and starts the transfer.
@@ -630,10 +630,11 @@ func (n *Node) resign() error {
 	var best, bestMatch uint64
 	bestFresh := false
 	for id, pr := range st.Progress {
-		if id == n.cfg.ID || pr.IsLearner || !n.reachable(id) {
+		silent, ok := n.silence(id)
+		if id == n.cfg.ID || pr.IsLearner || !ok || silent >= uint64(n.cfg.ElectionTicks) {
 			continue
 		}
-		fresh := n.ticks-n.heard[id] <= uint64(n.cfg.HeartbeatTicks)+1
+		fresh := silent <= uint64(n.cfg.HeartbeatTicks)+1
 		if best == 0 || fresh && !bestFresh ||
 			fresh == bestFresh && (pr.Match > bestMatch || pr.Match == bestMatch && id < best) {
 			best, bestMatch, bestFresh = id, pr.Match, fresh
