@@ -126,7 +126,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	s := &Store{dir: dir, log: logger, lock: lock}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 fs,
+		FS:                 walSizingFS{fs},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
