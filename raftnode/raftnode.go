@@ -221,6 +221,9 @@ type Node struct {
 	err     error
 	leaderC atomic.Pointer[chan struct{}] // closed and replaced on every leader change
 
+	releaseWanted atomic.Bool   // ReleaseDeferred was called; the loop takes the held proposals
+	wakec         chan struct{} // buffer 1: wakes the loop for releaseWanted
+
 	appliedMu sync.Mutex
 	applied   uint64
 	appliedW  []appliedWaiter
@@ -238,6 +241,7 @@ type Node struct {
 	readSeq    uint64
 	pending    []*readRequest // arrived, not yet covered by an issued round
 	props      []proposal     // data proposals taken this turn, see flushProposals
+	held       []proposal     // deferred proposals not yet taken, in arrival order (ProposeDeferred)
 	inflight   map[uint64]*readRound
 	confState  *raftpb.ConfState // as of the last applied conf change
 	snapIndex  uint64            // index of the latest snapshot (taken or received)
@@ -260,6 +264,7 @@ type proposal struct {
 	errc     chan error
 	transfer uint64 // non-zero: a leadership transfer request, not a proposal
 	resign   bool   // Resign: transfer to the best voter, answer on errc
+	deferred bool   // ProposeDeferred: may be held, see releaseHeld
 }
 
 type readRequest struct {
@@ -383,6 +388,7 @@ func New(cfg Config) (*Node, error) {
 		log:       cfg.Logger,
 		clk:       cfg.Clock,
 		propc:     make(chan proposal, 4096),
+		wakec:     make(chan struct{}, 1),
 		recvc:     make(chan *raftpb.Message, 4096),
 		readc:     make(chan *readRequest, 1024),
 		reportc:   make(chan report, 256),
@@ -492,6 +498,38 @@ func (n *Node) submit(ctx context.Context, p proposal) error {
 		return ctx.Err()
 	case <-n.donec:
 		return ErrStopped
+	}
+}
+
+// ProposeDeferred is Propose for an entry that is in no hurry: one whose
+// effect, the proposer knows, waits on an entry that has not been proposed
+// yet (in quorumlock: an acquire of a lock another session holds, which
+// can only be granted by a later release or expiry). The leader holds it
+// until the next Propose, which takes the held entries first (so the log
+// keeps arrival order and they share that proposal's append message and
+// fsync on every follower), until ReleaseDeferred, until the next tick, or
+// until leadership is lost (then ErrNotLeader). Holding an entry is thus
+// the same as a slower path to the leader: the log order is unchanged.
+//
+// Why: with a contended lock, the holder's release and the previous
+// holder's re-queued acquire reach the leader a fraction of an fsync
+// apart; proposed one by one, each follower syncs them one after the other
+// and every hand-off waits for two fsyncs instead of one.
+//
+// A non-leader does not hold: it answers ErrNotLeader at once. It returns
+// as Propose does, once raft has accepted the entry into the log.
+func (n *Node) ProposeDeferred(ctx context.Context, data []byte) error {
+	return n.submit(ctx, proposal{data: data, errc: make(chan error, 1), deferred: true})
+}
+
+// ReleaseDeferred proposes every held deferred entry (ProposeDeferred) at
+// the loop's next turn. It never blocks and may be called from
+// StateMachine callbacks.
+func (n *Node) ReleaseDeferred() {
+	n.releaseWanted.Store(true)
+	select {
+	case n.wakec <- struct{}{}:
+	default:
 	}
 }
 
@@ -663,6 +701,8 @@ func (n *Node) run() {
 		select {
 		case <-ticker.C():
 			n.ticks++
+			// A held entry waits at most one tick (ProposeDeferred).
+			n.releaseHeld()
 			n.rn.Tick()
 			n.tickReads()
 			n.campaignIfSuspect()
@@ -679,6 +719,7 @@ func (n *Node) run() {
 				n.fail(err)
 				return
 			}
+		case <-n.wakec:
 		case <-n.stopc:
 			return
 		}
@@ -686,12 +727,22 @@ func (n *Node) run() {
 		// fsync) carries every proposal and answer that arrived while the
 		// last one was being written, and queued reads share one round.
 		n.drain()
-		n.flushProposals()
-		n.issueReads()
-		for n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
-				n.fail(err)
-				return
+		for {
+			if n.releaseWanted.Swap(false) {
+				n.releaseHeld()
+			}
+			n.flushProposals()
+			n.issueReads()
+			if !n.rn.HasReady() {
+				break
+			}
+			// Applying may ask for the held entries (ReleaseDeferred), or
+			// lose leadership (they fail): go round again until quiet.
+			for n.rn.HasReady() {
+				if err := n.handleReady(); err != nil {
+					n.fail(err)
+					return
+				}
 			}
 		}
 	}
@@ -858,6 +909,12 @@ func (n *Node) saveSnapshot(r snapResult) error {
 // propose queues a data proposal for flushProposals, or carries out a
 // transfer request after the proposals queued before it.
 func (n *Node) propose(p proposal) {
+	if p.deferred && n.rn.BasicStatus().RaftState == raft.StateLeader {
+		n.held = append(n.held, p)
+		return
+	}
+	// Held entries arrived first: they go first.
+	n.releaseHeld()
 	if !p.resign && p.transfer == 0 {
 		n.props = append(n.props, p)
 		return
@@ -868,6 +925,17 @@ func (n *Node) propose(p proposal) {
 		return
 	}
 	n.rn.TransferLeader(p.transfer)
+}
+
+// releaseHeld moves the held deferred proposals, in arrival order, to the
+// proposals of this turn.
+func (n *Node) releaseHeld() {
+	if len(n.held) == 0 {
+		return
+	}
+	n.props = append(n.props, n.held...)
+	clear(n.held)
+	n.held = n.held[:0]
 }
 
 // flushProposals hands the queued proposals to raft as one MsgProp: raft
@@ -1109,6 +1177,7 @@ func (n *Node) leadershipChanged() {
 	leader, term := bs.RaftState == raft.StateLeader, bs.GetTerm()
 	if n.isLeader && (!leader || term != n.leaderTerm) {
 		n.isLeader = false
+		n.releaseHeld() // refused (ErrNotLeader) by this turn's flushProposals
 		n.cfg.StateMachine.LeaderLost()
 	}
 	if leader && !n.isLeader {

@@ -170,6 +170,16 @@ func (m *Machine) Holder(name string) LockInfo {
 	return m.info(name, l)
 }
 
+// HolderID returns the session holding the lock called name, 0 when it is
+// free. Unlike Holder it does not allocate.
+func (m *Machine) HolderID(name string) uint64 {
+	l, ok := m.locks.lookup(name)
+	if !ok {
+		return 0
+	}
+	return l.holder
+}
+
 func (m *Machine) info(name string, l lock) LockInfo {
 	return LockInfo{Name: name, Holder: l.holder, Token: l.token, Waiters: slices.Clone(m.queues[name]), Value: slices.Clone(m.values[name])}
 }

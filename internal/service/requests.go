@@ -87,6 +87,18 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		key = reqKey{cmd.Session, cmd.Seq}
 	}
 	s.requests[key] = append(s.requests[key], reqc)
+	// An acquire that will wait behind another session's hold can only be
+	// granted by an entry proposed later (a release, an expiry): raft may
+	// hold it until then and send it with that entry, in one append and one
+	// fsync per follower (raftnode.Node.ProposeDeferred). The log order is
+	// unchanged. Apply releases it early if the lock frees meanwhile.
+	deferred := false
+	if waitGrant {
+		if h := s.m.HolderID(cmd.Name); h != 0 && h != cmd.Session {
+			deferred = true
+			s.deferred[key] = deferredAcquire{session: cmd.Session, name: cmd.Name}
+		}
+	}
 	if waitGrant {
 		grantc = make(chan outcome, 1)
 		byName := s.grants[cmd.Session]
@@ -99,7 +111,11 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	s.mu.Unlock()
 	defer s.unregister(key, reqc, cmd.Session, cmd.Name, grantc)
 
-	if err := s.raft.Propose(ctx, fsm.Encode(&cmd)); err != nil {
+	propose := s.raft.Propose
+	if deferred {
+		propose = s.raft.ProposeDeferred
+	}
+	if err := propose(ctx, fsm.Encode(&cmd)); err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -134,6 +150,7 @@ func (s *Service) unregister(key reqKey, reqc chan outcome, session uint64, name
 	s.requests[key] = slicesDelete(s.requests[key], reqc)
 	if len(s.requests[key]) == 0 {
 		delete(s.requests, key)
+		delete(s.deferred, key)
 	}
 	if grantc != nil {
 		if byName := s.grants[session]; byName != nil {

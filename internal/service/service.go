@@ -31,6 +31,13 @@ import (
 // Raft is what the service needs from the replica's raft node.
 type Raft interface {
 	Propose(ctx context.Context, data []byte) error
+	// ProposeDeferred is Propose for an entry that may be held until the
+	// next Propose, ReleaseDeferred or tick, keeping arrival order
+	// (raftnode.Node.ProposeDeferred).
+	ProposeDeferred(ctx context.Context, data []byte) error
+	// ReleaseDeferred proposes the held entries soon; it never blocks and is
+	// called from Apply.
+	ReleaseDeferred()
 	ReadIndex(ctx context.Context) (uint64, error)
 	WaitApplied(ctx context.Context, index uint64) error
 	Status() raftnode.Status
@@ -95,10 +102,18 @@ type Service struct {
 	timers   *timerQueue
 	requests map[reqKey][]chan outcome
 	grants   map[uint64]map[string][]chan outcome
+	deferred map[reqKey]deferredAcquire // acquires proposed with ProposeDeferred, not yet applied
 	watchers map[string][]*watcher
 	stopc    chan struct{}
 	stopOnce sync.Once
 	runDone  chan struct{}
+}
+
+// deferredAcquire is a waiting acquire that was proposed with
+// ProposeDeferred: raft may hold it until its lock's holder changes.
+type deferredAcquire struct {
+	session uint64
+	name    string
 }
 
 type reqKey struct {
@@ -140,6 +155,7 @@ func New(cfg Config) *Service {
 		expiring: make(map[uint64]bool),
 		timers:   newTimerQueue(),
 		requests: make(map[reqKey][]chan outcome),
+		deferred: make(map[reqKey]deferredAcquire),
 		grants:   make(map[uint64]map[string][]chan outcome),
 		watchers: make(map[string][]*watcher),
 		stopc:    make(chan struct{}),
@@ -217,6 +233,20 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 	if len(s.watchers) > 0 {
 		s.notifyWatchers()
 	}
+	if s.deferredDue() {
+		s.raft.ReleaseDeferred()
+	}
+}
+
+// deferredDue reports whether a held acquire (see propose) no longer waits
+// for another session: its lock is free or its own.
+func (s *Service) deferredDue() bool {
+	for _, d := range s.deferred {
+		if h := s.m.HolderID(d.name); h == 0 || h == d.session {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Service) deliver(k reqKey, res fsm.Result) {
@@ -224,6 +254,7 @@ func (s *Service) deliver(k reqKey, res fsm.Result) {
 		c <- outcome{res: res}
 	}
 	delete(s.requests, k)
+	delete(s.deferred, k)
 }
 
 func (s *Service) deliverGrant(session uint64, name string, o outcome) {
@@ -263,6 +294,7 @@ func (s *Service) LeaderLost() {
 	s.setReady(false)
 	clear(s.last)
 	clear(s.expiring)
+	clear(s.deferred) // raftnode refuses the held ones (ErrNotLeader)
 	s.timers.clear()
 	for k, cs := range s.requests {
 		for _, c := range cs {

@@ -30,6 +30,11 @@ type fakeRaft struct {
 	reads   int
 	leader  uint64
 	changed chan struct{} // closed and replaced by setLeader
+
+	deferredCalls int      // ProposeDeferred calls
+	holdDeferred  bool     // ProposeDeferred keeps the entry in heldDeferred
+	heldDeferred  [][]byte // until proposeHeld
+	releases      int      // ReleaseDeferred calls
 }
 
 // setLeader changes the leader Status reports and signals LeaderChanged,
@@ -64,6 +69,37 @@ func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
 		f.svc.Apply([]*raftpb.Entry{e})
 	}
 	return nil
+}
+
+// ProposeDeferred counts the call; unless holdDeferred is set the entry
+// is proposed at once, as raftnode may do.
+func (f *fakeRaft) ProposeDeferred(ctx context.Context, data []byte) error {
+	f.mu.Lock()
+	f.deferredCalls++
+	if f.holdDeferred {
+		f.heldDeferred = append(f.heldDeferred, data)
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Unlock()
+	return f.Propose(ctx, data)
+}
+
+func (f *fakeRaft) ReleaseDeferred() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releases++
+}
+
+// proposeHeld proposes the entries ProposeDeferred held.
+func (f *fakeRaft) proposeHeld() {
+	f.mu.Lock()
+	held := f.heldDeferred
+	f.heldDeferred = nil
+	f.mu.Unlock()
+	for _, d := range held {
+		_ = f.Propose(context.Background(), d)
+	}
 }
 
 // commitPending applies the held entries.
@@ -347,5 +383,76 @@ func TestAwaitReadyDeposedBeforeStatus(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request held at a deposed leader was not answered within 5 s")
+	}
+}
+
+// An acquire that would wait behind another session's hold is proposed
+// with ProposeDeferred; an acquire of a free lock, a try and a no-wait
+// acquire are not. While it is held, an apply that leaves its lock with
+// another session does not ask raft for it; the apply that frees the lock
+// does (ReleaseDeferred), and the acquire, once proposed, is granted.
+func TestWaitingAcquireIsDeferred(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := h.open(time.Minute), h.open(time.Minute), h.open(time.Minute)
+	counts := func() (deferred, releases int) {
+		h.raf.mu.Lock()
+		defer h.raf.mu.Unlock()
+		return h.raf.deferredCalls, h.raf.releases
+	}
+	want := func(what string, r *lockpb.Response, code lockpb.Code, deferred, releases int) {
+		t.Helper()
+		if r != nil && r.GetCode() != code {
+			t.Fatalf("%s: %v, want %v", what, r, code)
+		}
+		if d, rel := counts(); d != deferred || rel != releases {
+			t.Fatalf("after %s: %d deferred proposals, %d releases; want %d, %d", what, d, rel, deferred, releases)
+		}
+	}
+	x := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"})
+	want("acquire of a free lock", x, lockpb.Code_CODE_OK, 0, 0)
+	want("acquire of a held lock by its holder",
+		h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 2, Name: "x"}), lockpb.Code_CODE_OK, 0, 0)
+	want("try-acquire of a held lock",
+		h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: c, Seq: 1, Name: "x", Try: true}), lockpb.Code_CODE_LOCKED, 0, 0)
+	y := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 3, Name: "y"})
+	q := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: c, Seq: 2, Name: "y", NoWait: true})
+	want("no-wait acquire of a held lock", q, lockpb.Code_CODE_OK, 0, 0)
+	if !q.GetQueued() {
+		t.Fatalf("no-wait acquire of a held lock: %v, want queued", q)
+	}
+
+	h.raf.mu.Lock()
+	h.raf.holdDeferred = true
+	h.raf.mu.Unlock()
+	got := make(chan *lockpb.Response, 1)
+	go func() {
+		resp, err := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	for d, _ := counts(); d == 0; d, _ = counts() {
+		time.Sleep(time.Millisecond)
+	}
+	want("a waiting acquire", nil, 0, 1, 0)
+	// y passes from a to c: x is still a's.
+	want("a release that leaves the held acquire's lock held",
+		h.propose(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 4, Name: "y", Token: y.GetToken()}), lockpb.Code_CODE_OK, 1, 0)
+	want("the release of the held acquire's lock",
+		h.propose(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 5, Name: "x", Token: x.GetToken()}), lockpb.Code_CODE_OK, 1, 1)
+	select {
+	case r := <-got:
+		t.Fatalf("the held acquire was answered before it was proposed: %v", r)
+	default:
+	}
+	h.raf.proposeHeld()
+	if r := <-got; r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("the deferred acquire, proposed after the release: %v, want OK", r)
+	}
+	h.svc.mu.Lock()
+	defer h.svc.mu.Unlock()
+	if len(h.svc.deferred) != 0 {
+		t.Fatalf("deferred acquires still tracked after they applied: %v", h.svc.deferred)
 	}
 }
