@@ -404,7 +404,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 // propStream returns the Propose stream to addr, over cc, opening one
 // (for at most as long as ctx allows) if there is none or it broke.
 func (c *Client) propStream(ctx context.Context, addr string, cc *grpc.ClientConn) (*propStream, error) {
-	return cachedPropStream(ctx, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
+	return cachedPropStream(ctx, nil, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
 }
 
 func (c *Client) closeConns() {
@@ -462,7 +462,7 @@ func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Resp
 		if err != nil {
 			return false, err
 		}
-		r, err := ps.call(actx, req)
+		r, err := ps.call(actx, nil, req)
 		if err != nil {
 			return false, err
 		}

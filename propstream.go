@@ -30,6 +30,7 @@ type propStream struct {
 var (
 	errEmptyReply    = errors.New("quorumlock: reply without a response")
 	errProposeClosed = errors.New("quorumlock: propose stream closed")
+	errAborted       = errors.New("quorumlock: call abandoned (leader changed)")
 )
 
 // openPropStream opens a ProposeStream on cc. Opening waits while cc is
@@ -58,15 +59,21 @@ func openPropStream(ctx context.Context, cc *grpc.ClientConn) (*propStream, erro
 }
 
 // cachedPropStream returns streams[key] (guarded by mu), or opens one over
-// the connection conn returns (for at most as long as ctx allows) if there
-// is none or it broke. Of two callers opening at once, the second closes
-// its stream and uses the first's.
-func cachedPropStream[K comparable](ctx context.Context, mu *sync.Mutex, streams map[K]*propStream, key K, conn func() (*grpc.ClientConn, error)) (*propStream, error) {
+// the connection conn returns (for at most as long as ctx allows, and until
+// abort closes; nil: never) if there is none or it broke. Of two callers
+// opening at once, the second closes its stream and uses the first's.
+func cachedPropStream[K comparable](ctx context.Context, abort <-chan struct{}, mu *sync.Mutex, streams map[K]*propStream, key K, conn func() (*grpc.ClientConn, error)) (*propStream, error) {
 	mu.Lock()
 	s := streams[key]
 	mu.Unlock()
 	if s != nil && !s.broken() {
 		return s, nil
+	}
+	if abort != nil {
+		actx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(chanCtx(abort), cancel)()
+		ctx = actx
 	}
 	cc, err := conn()
 	if err != nil {
@@ -92,10 +99,14 @@ func (s *propStream) broken() bool {
 }
 
 // call sends req and waits for its answer, the stream's failure (its
-// error) or ctx's end (ctx's error; the server is told to stop waiting).
-// It has the outcomes of a unary Propose: an error leaves the request's
-// fate unknown, and the same request may be sent again.
-func (s *propStream) call(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+// error), ctx's end (ctx's error) or abort's closing (errAborted; nil:
+// never); in the last two cases the server is told to stop waiting. It has
+// the outcomes of a unary Propose: an error leaves the request's fate
+// unknown, and the same request may be sent again.
+//
+// abort is a channel, not a context the caller derives with AfterFunc: a
+// context.AfterFunc on a plain channel costs a goroutine per call.
+func (s *propStream) call(ctx context.Context, abort <-chan struct{}, req *lockpb.Request) (*lockpb.Response, error) {
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
@@ -119,15 +130,23 @@ func (s *propStream) call(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		}
 		return resp, nil
 	case <-ctx.Done():
-		s.mu.Lock()
-		if _, waiting := s.waiters[id]; waiting && s.err == nil {
-			delete(s.waiters, id)
-			s.queue = append(s.queue, &lockpb.ProposeCall{Id: id, Cancel: true})
-		}
-		s.mu.Unlock()
-		s.wake()
+		s.abandon(id)
 		return nil, ctx.Err()
+	case <-abort:
+		s.abandon(id)
+		return nil, errAborted
 	}
+}
+
+// abandon stops waiting for call id and tells the server to stop too.
+func (s *propStream) abandon(id uint64) {
+	s.mu.Lock()
+	if _, waiting := s.waiters[id]; waiting && s.err == nil {
+		delete(s.waiters, id)
+		s.queue = append(s.queue, &lockpb.ProposeCall{Id: id, Cancel: true})
+	}
+	s.mu.Unlock()
+	s.wake()
 }
 
 func (s *propStream) wake() {

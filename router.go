@@ -112,15 +112,13 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 		}
 		return resp, err
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(chanCtx(changed), cancel)
-	defer stop()
-	ps, err := r.propStream(actx, target)
+	// A change of leader or term abandons the attempt: the router sends it
+	// again to whoever leads now.
+	ps, err := r.propStream(ctx, changed, target)
 	if err != nil {
 		return nil, grpcErr(ctx, err)
 	}
-	resp, err := ps.call(actx, req)
+	resp, err := ps.call(ctx, changed, req)
 	if err != nil {
 		return nil, grpcErr(ctx, err)
 	}
@@ -191,8 +189,8 @@ func (r *router) stream(id uint64) (*kaStream, error) {
 
 // propStream returns the Propose stream to replica id, opening one (for
 // at most as long as ctx allows) if there is none or it broke.
-func (r *router) propStream(ctx context.Context, id uint64) (*propStream, error) {
-	return cachedPropStream(ctx, &r.mu, r.ps, id, func() (*grpc.ClientConn, error) { return r.conn(id) })
+func (r *router) propStream(ctx context.Context, abort <-chan struct{}, id uint64) (*propStream, error) {
+	return cachedPropStream(ctx, abort, &r.mu, r.ps, id, func() (*grpc.ClientConn, error) { return r.conn(id) })
 }
 
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff
