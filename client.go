@@ -402,9 +402,10 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 // propStream returns the Propose stream to addr, over cc, opening one
-// (for at most as long as ctx allows) if there is none or it broke.
-func (c *Client) propStream(ctx context.Context, addr string, cc *grpc.ClientConn) (*propStream, error) {
-	return cachedPropStream(ctx, nil, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
+// (for at most as long as ctx allows, and until abort closes) if there is
+// none or it broke.
+func (c *Client) propStream(ctx context.Context, abort <-chan struct{}, addr string, cc *grpc.ClientConn) (*propStream, error) {
+	return cachedPropStream(ctx, abort, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
 }
 
 func (c *Client) closeConns() {
@@ -457,12 +458,12 @@ func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.C
 func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	var resp *lockpb.Response
 	blocking := req.GetOp() == lockpb.Op_OP_ACQUIRE && !req.GetTry()
-	err := c.retryPropose(ctx, blocking, func(actx context.Context, cc *grpc.ClientConn, addr string) (bool, error) {
-		ps, err := c.propStream(actx, addr, cc)
+	err := c.retryPropose(ctx, blocking, func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error) {
+		ps, err := c.propStream(actx, moved, addr, cc)
 		if err != nil {
 			return false, err
 		}
-		r, err := ps.call(actx, nil, req)
+		r, err := ps.call(actx, moved, req)
 		if err != nil {
 			return false, err
 		}
@@ -486,26 +487,25 @@ func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Resp
 
 // retryPropose is retry for proposals: a blocking acquire may wait at the
 // leader for as long as ctx allows (a dead leader is detected by keepalive),
-// other attempts are bounded by the attempt limit.
-func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(context.Context, *grpc.ClientConn, string) (bool, error)) error {
+// other attempts are bounded by the attempt limit. An attempt ends (with
+// an error) when moved closes: the heartbeats found another leader.
+func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error)) error {
 	backoff := minBackoff
 	for {
 		addr := c.pick()
 		moved := c.moved()
 		cc, err := c.conn(addr)
 		if err == nil {
-			actx, cancel := context.WithCancel(ctx)
+			actx, cancel := ctx, context.CancelFunc(func() {})
 			if !blocking {
 				actx, cancel = context.WithTimeout(ctx, c.opts.attemptLimit)
 			}
 			// A blocking acquire waits at the leader for as long as it
-			// takes; if the heartbeats find another leader meanwhile, it is
-			// re-sent there (same session and seq: the new leader's table
-			// answers with its current outcome).
-			stop := context.AfterFunc(chanCtx(moved), cancel)
+			// takes; if the heartbeats find another leader meanwhile
+			// (moved), it is re-sent there (same session and seq: the new
+			// leader's table answers with its current outcome).
 			var final bool
-			final, err = attempt(actx, cc, addr)
-			stop()
+			final, err = attempt(actx, moved, cc, addr)
 			cancel()
 			if final {
 				return err
