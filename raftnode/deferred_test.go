@@ -43,7 +43,7 @@ func TestProposeDeferred(t *testing.T) {
 	// deferred queues what ProposeDeferred queues, from this goroutine, so
 	// that it is in the loop's queue when deferred returns.
 	deferred := func(data string) chan error {
-		p := proposal{data: []byte(data), errc: make(chan error, 1), deferred: true}
+		p := proposal{data: []byte(data), errc: make(chan error, 1), deferred: true, epoch: node.DeferEpoch()}
 		node.propc <- p
 		return p.errc
 	}
@@ -110,7 +110,41 @@ func TestProposeDeferred(t *testing.T) {
 	c.waitApplied("d3", c.ids...)
 
 	// A follower does not hold: it refuses at once.
-	if err := c.nodes[f].ProposeDeferred(testCtx(t), []byte("f")); !errors.Is(err, ErrNotLeader) {
+	if err := c.nodes[f].ProposeDeferred(testCtx(t), []byte("f"), c.nodes[f].DeferEpoch()); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("ProposeDeferred on follower %d: %v; want ErrNotLeader", f, err)
+	}
+}
+
+// TestProposeDeferredStaleEpoch: a deferred proposal whose caller decided
+// to defer before a ReleaseDeferred call (which found nothing held: the
+// proposal had not reached the loop) is not held; one decided after it is.
+func TestProposeDeferredStaleEpoch(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "warm")
+	c.waitApplied("warm", c.ids...)
+	node := c.nodes[lead]
+
+	stale := node.DeferEpoch()
+	node.ReleaseDeferred() // nothing held yet
+	if err := node.ProposeDeferred(testCtx(t), []byte("late"), stale); err != nil {
+		t.Fatalf("ProposeDeferred with an epoch older than a ReleaseDeferred: %v", err)
+	}
+	c.waitApplied("late", c.ids...)
+
+	p := proposal{data: []byte("fresh"), errc: make(chan error, 1), deferred: true, epoch: node.DeferEpoch()}
+	node.propc <- p
+	c.waitFor("the loop to take fresh", func() bool { return len(node.propc) == 0 })
+	if _, err := node.ReadIndex(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.errc:
+		t.Fatalf("a deferred proposal with the current epoch was not held: %v", err)
+	default:
+	}
+	node.ReleaseDeferred()
+	if err := <-p.errc; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -222,6 +222,7 @@ type Node struct {
 	leaderC atomic.Pointer[chan struct{}] // closed and replaced on every leader change
 
 	releaseWanted atomic.Bool   // ReleaseDeferred was called; the loop takes the held proposals
+	releaseEpoch  atomic.Uint64 // ReleaseDeferred calls so far (DeferEpoch)
 	wakec         chan struct{} // buffer 1: wakes the loop for releaseWanted
 
 	appliedMu sync.Mutex
@@ -265,6 +266,7 @@ type proposal struct {
 	transfer uint64 // non-zero: a leadership transfer request, not a proposal
 	resign   bool   // Resign: transfer to the best voter, answer on errc
 	deferred bool   // ProposeDeferred: may be held, see releaseHeld
+	epoch    uint64 // ProposeDeferred: DeferEpoch when the caller decided to defer
 }
 
 type readRequest struct {
@@ -518,14 +520,24 @@ func (n *Node) submit(ctx context.Context, p proposal) error {
 //
 // A non-leader does not hold: it answers ErrNotLeader at once. It returns
 // as Propose does, once raft has accepted the entry into the log.
-func (n *Node) ProposeDeferred(ctx context.Context, data []byte) error {
-	return n.submit(ctx, proposal{data: data, errc: make(chan error, 1), deferred: true})
+//
+// epoch is DeferEpoch as read when the caller decided that the entry may
+// wait. If ReleaseDeferred was called since (the reason to wait may be
+// gone, and that call found the entry not yet held: it had not reached the
+// node's loop), the entry is not held.
+func (n *Node) ProposeDeferred(ctx context.Context, data []byte, epoch uint64) error {
+	return n.submit(ctx, proposal{data: data, errc: make(chan error, 1), deferred: true, epoch: epoch})
 }
+
+// DeferEpoch returns the number of ReleaseDeferred calls so far; see
+// ProposeDeferred.
+func (n *Node) DeferEpoch() uint64 { return n.releaseEpoch.Load() }
 
 // ReleaseDeferred proposes every held deferred entry (ProposeDeferred) at
 // the loop's next turn. It never blocks and may be called from
 // StateMachine callbacks.
 func (n *Node) ReleaseDeferred() {
+	n.releaseEpoch.Add(1)
 	n.releaseWanted.Store(true)
 	select {
 	case n.wakec <- struct{}{}:
@@ -909,7 +921,7 @@ func (n *Node) saveSnapshot(r snapResult) error {
 // propose queues a data proposal for flushProposals, or carries out a
 // transfer request after the proposals queued before it.
 func (n *Node) propose(p proposal) {
-	if p.deferred && n.rn.BasicStatus().RaftState == raft.StateLeader {
+	if p.deferred && p.epoch == n.releaseEpoch.Load() && n.rn.BasicStatus().RaftState == raft.StateLeader {
 		n.held = append(n.held, p)
 		return
 	}

@@ -92,10 +92,17 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	// hold it until then and send it with that entry, in one append and one
 	// fsync per follower (raftnode.Node.ProposeDeferred). The log order is
 	// unchanged. Apply releases it early if the lock frees meanwhile.
+	//
+	// The epoch is read under s.mu, as Apply calls ReleaseDeferred: an
+	// apply that frees the lock after this decision but before the
+	// proposal reaches raft's loop has changed it, and raft does not hold
+	// the proposal.
 	deferred := false
+	var epoch uint64
 	if waitGrant {
 		if h := s.m.HolderID(cmd.Name); h != 0 && h != cmd.Session {
 			deferred = true
+			epoch = s.raft.DeferEpoch()
 			s.deferred[key] = deferredAcquire{session: cmd.Session, name: cmd.Name}
 		}
 	}
@@ -111,11 +118,13 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	s.mu.Unlock()
 	defer s.unregister(key, reqc, cmd.Session, cmd.Name, grantc)
 
-	propose := s.raft.Propose
+	var err error
 	if deferred {
-		propose = s.raft.ProposeDeferred
+		err = s.raft.ProposeDeferred(ctx, fsm.Encode(&cmd), epoch)
+	} else {
+		err = s.raft.Propose(ctx, fsm.Encode(&cmd))
 	}
-	if err := propose(ctx, fsm.Encode(&cmd)); err != nil {
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

@@ -32,9 +32,12 @@ import (
 type Raft interface {
 	Propose(ctx context.Context, data []byte) error
 	// ProposeDeferred is Propose for an entry that may be held until the
-	// next Propose, ReleaseDeferred or tick, keeping arrival order
-	// (raftnode.Node.ProposeDeferred).
-	ProposeDeferred(ctx context.Context, data []byte) error
+	// next Propose, ReleaseDeferred or tick, keeping arrival order; it is
+	// not held if ReleaseDeferred was called since DeferEpoch returned
+	// epoch (raftnode.Node.ProposeDeferred).
+	ProposeDeferred(ctx context.Context, data []byte, epoch uint64) error
+	// DeferEpoch counts ReleaseDeferred calls (raftnode.Node.DeferEpoch).
+	DeferEpoch() uint64
 	// ReleaseDeferred proposes the held entries soon; it never blocks and is
 	// called from Apply.
 	ReleaseDeferred()

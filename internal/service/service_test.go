@@ -73,7 +73,7 @@ func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
 
 // ProposeDeferred counts the call; unless holdDeferred is set the entry
 // is proposed at once, as raftnode may do.
-func (f *fakeRaft) ProposeDeferred(ctx context.Context, data []byte) error {
+func (f *fakeRaft) ProposeDeferred(ctx context.Context, data []byte, _ uint64) error {
 	f.mu.Lock()
 	f.deferredCalls++
 	if f.holdDeferred {
@@ -83,6 +83,12 @@ func (f *fakeRaft) ProposeDeferred(ctx context.Context, data []byte) error {
 	}
 	f.mu.Unlock()
 	return f.Propose(ctx, data)
+}
+
+func (f *fakeRaft) DeferEpoch() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return uint64(f.releases)
 }
 
 func (f *fakeRaft) ReleaseDeferred() {
