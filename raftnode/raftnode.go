@@ -1187,9 +1187,13 @@ func (n *Node) commit(rd *raft.Ready) {
 func (n *Node) leadershipChanged() {
 	bs := n.rn.BasicStatus()
 	leader, term := bs.RaftState == raft.StateLeader, bs.GetTerm()
+	if !leader {
+		// Refused (ErrNotLeader) by the loop's next flushProposals; also
+		// when leadership was won and lost before a Ready set isLeader.
+		n.releaseHeld()
+	}
 	if n.isLeader && (!leader || term != n.leaderTerm) {
 		n.isLeader = false
-		n.releaseHeld() // refused (ErrNotLeader) by this turn's flushProposals
 		n.cfg.StateMachine.LeaderLost()
 	}
 	if leader && !n.isLeader {

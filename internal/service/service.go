@@ -232,12 +232,18 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 				}
 			}
 		}
-	}
-	if len(s.watchers) > 0 {
-		s.notifyWatchers()
+		// After every entry, not once per batch: a grant and its release
+		// applied together are two changes a watcher must see (Watch).
+		if len(s.watchers) > 0 {
+			s.notifyWatchers()
+		}
 	}
 	if s.deferredDue() {
 		s.raft.ReleaseDeferred()
+		// Every tracked acquire is now either released or, not having
+		// reached raft yet, carries a stale epoch and will not be held:
+		// none needs another release.
+		clear(s.deferred)
 	}
 }
 

@@ -447,6 +447,10 @@ func TestWaitingAcquireIsDeferred(t *testing.T) {
 		h.propose(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 4, Name: "y", Token: y.GetToken()}), lockpb.Code_CODE_OK, 1, 0)
 	want("the release of the held acquire's lock",
 		h.propose(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 5, Name: "x", Token: x.GetToken()}), lockpb.Code_CODE_OK, 1, 1)
+	// Released once: a later apply does not ask again (the acquire is out
+	// of raft's hands, or will not be held).
+	want("an apply after the release",
+		h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: c, Seq: 3, Name: "w"}), lockpb.Code_CODE_OK, 1, 1)
 	select {
 	case r := <-got:
 		t.Fatalf("the held acquire was answered before it was proposed: %v", r)
@@ -460,5 +464,50 @@ func TestWaitingAcquireIsDeferred(t *testing.T) {
 	defer h.svc.mu.Unlock()
 	if len(h.svc.deferred) != 0 {
 		t.Fatalf("deferred acquires still tracked after they applied: %v", h.svc.deferred)
+	}
+}
+
+// A watcher sees every change of its lock in log order, also when a grant
+// and its release are applied in one batch (a lagging replica applies
+// whatever has committed at once).
+func TestWatchSeesEveryChangeInABatch(t *testing.T) {
+	h := newHarness(t)
+	a := h.open(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ch := h.svc.Watch(ctx, "x")
+	next := func() fsm.LockInfo {
+		t.Helper()
+		select {
+		case li, ok := <-ch:
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			return li
+		case <-ctx.Done():
+			t.Fatal("no change reported")
+			return fsm.LockInfo{}
+		}
+	}
+	if li := next(); li.Holder != 0 {
+		t.Fatalf("initial state %+v, want free", li)
+	}
+	h.raf.mu.Lock()
+	i := h.raf.index + 1
+	h.raf.index += 2
+	term := h.raf.term
+	h.raf.mu.Unlock()
+	entry := func(index uint64, cmd fsm.Command) *raftpb.Entry {
+		return &raftpb.Entry{Index: new(index), Term: new(term), Type: raftpb.EntryNormal.Enum(), Data: fsm.Encode(&cmd)}
+	}
+	h.svc.Apply([]*raftpb.Entry{
+		entry(i, fsm.Command{Op: fsm.OpAcquire, Session: a, Seq: 1, Name: "x"}),
+		entry(i+1, fsm.Command{Op: fsm.OpRelease, Session: a, Seq: 2, Name: "x", Token: i}),
+	})
+	if li := next(); li.Holder != a || li.Token != i {
+		t.Fatalf("first change %+v, want held by %d with token %d", li, a, i)
+	}
+	if li := next(); li.Holder != 0 {
+		t.Fatalf("second change %+v, want free", li)
 	}
 }
