@@ -14,9 +14,7 @@ import (
 // refuses it at once.
 func TestProposeDeferred(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "warm")
-	c.waitApplied("warm", c.ids...)
+	lead := c.settledLeader()
 	f := c.others(lead)[0]
 	node := c.nodes[lead]
 
@@ -120,9 +118,7 @@ func TestProposeDeferred(t *testing.T) {
 // proposal had not reached the loop) is not held; one decided after it is.
 func TestProposeDeferredStaleEpoch(t *testing.T) {
 	c := newCluster(t, 3)
-	lead := c.waitLeader()
-	c.propose(lead, "warm")
-	c.waitApplied("warm", c.ids...)
+	lead := c.settledLeader()
 	node := c.nodes[lead]
 
 	stale := node.DeferEpoch()

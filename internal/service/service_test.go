@@ -173,6 +173,20 @@ func (h *harness) propose(req *lockpb.Request) *lockpb.Response {
 	return resp
 }
 
+// proposeAsync runs Propose in a goroutine; the response arrives on the
+// returned channel.
+func (h *harness) proposeAsync(req *lockpb.Request) <-chan *lockpb.Response {
+	got := make(chan *lockpb.Response, 1)
+	go func() {
+		resp, err := h.svc.Propose(context.Background(), req)
+		if err != nil {
+			h.t.Error(err)
+		}
+		got <- resp
+	}()
+	return got
+}
+
 func (h *harness) open(ttl time.Duration) uint64 {
 	h.t.Helper()
 	r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: ttl.Milliseconds()})
@@ -289,14 +303,7 @@ func TestLeaderLostAnswersWaiters(t *testing.T) {
 	if r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"}); r.GetCode() != lockpb.Code_CODE_OK {
 		t.Fatal(r)
 	}
-	got := make(chan *lockpb.Response, 1)
-	go func() {
-		resp, err := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- resp
-	}()
+	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
 	// Wait until b is queued.
 	for {
 		h.svc.mu.Lock()
@@ -430,14 +437,7 @@ func TestWaitingAcquireIsDeferred(t *testing.T) {
 	h.raf.mu.Lock()
 	h.raf.holdDeferred = true
 	h.raf.mu.Unlock()
-	got := make(chan *lockpb.Response, 1)
-	go func() {
-		resp, err := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- resp
-	}()
+	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
 	for d, _ := counts(); d == 0; d, _ = counts() {
 		time.Sleep(time.Millisecond)
 	}
