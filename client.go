@@ -496,7 +496,7 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 		moved := c.moved()
 		cc, err := c.conn(addr)
 		if err == nil {
-			actx, cancel := ctx, context.CancelFunc(func() {})
+			actx, cancel := ctx, func() {}
 			if !blocking {
 				actx, cancel = context.WithTimeout(ctx, c.opts.attemptLimit)
 			}

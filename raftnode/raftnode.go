@@ -221,9 +221,8 @@ type Node struct {
 	err     error
 	leaderC atomic.Pointer[chan struct{}] // closed and replaced on every leader change
 
-	releaseWanted atomic.Bool   // ReleaseDeferred was called; the loop takes the held proposals
-	releaseEpoch  atomic.Uint64 // ReleaseDeferred calls so far (DeferEpoch)
-	wakec         chan struct{} // buffer 1: wakes the loop for releaseWanted
+	releaseEpoch atomic.Uint64 // ReleaseDeferred calls so far (DeferEpoch)
+	wakec        chan struct{} // buffer 1: wakes the loop after ReleaseDeferred
 
 	appliedMu sync.Mutex
 	applied   uint64
@@ -243,6 +242,7 @@ type Node struct {
 	pending    []*readRequest // arrived, not yet covered by an issued round
 	props      []proposal     // data proposals taken this turn, see flushProposals
 	held       []proposal     // deferred proposals not yet taken, in arrival order (ProposeDeferred)
+	releasedAt uint64         // releaseEpoch when the loop last released the held proposals for it
 	inflight   map[uint64]*readRound
 	confState  *raftpb.ConfState // as of the last applied conf change
 	snapIndex  uint64            // index of the latest snapshot (taken or received)
@@ -538,7 +538,6 @@ func (n *Node) DeferEpoch() uint64 { return n.releaseEpoch.Load() }
 // StateMachine callbacks.
 func (n *Node) ReleaseDeferred() {
 	n.releaseEpoch.Add(1)
-	n.releaseWanted.Store(true)
 	select {
 	case n.wakec <- struct{}{}:
 	default:
@@ -739,8 +738,11 @@ func (n *Node) run() {
 		// fsync) carries every proposal and answer that arrived while the
 		// last one was being written, and queued reads share one round.
 		n.drain()
+		// Applying a Ready may ask for the held entries (ReleaseDeferred)
+		// or lose leadership (they fail): they are taken before the next.
 		for {
-			if n.releaseWanted.Swap(false) {
+			if e := n.releaseEpoch.Load(); e != n.releasedAt {
+				n.releasedAt = e
 				n.releaseHeld()
 			}
 			n.flushProposals()
@@ -748,13 +750,9 @@ func (n *Node) run() {
 			if !n.rn.HasReady() {
 				break
 			}
-			// Applying may ask for the held entries (ReleaseDeferred), or
-			// lose leadership (they fail): go round again until quiet.
-			for n.rn.HasReady() {
-				if err := n.handleReady(); err != nil {
-					n.fail(err)
-					return
-				}
+			if err := n.handleReady(); err != nil {
+				n.fail(err)
+				return
 			}
 		}
 	}

@@ -105,8 +105,6 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			epoch = s.raft.DeferEpoch()
 			s.deferred[key] = deferredAcquire{session: cmd.Session, name: cmd.Name}
 		}
-	}
-	if waitGrant {
 		grantc = make(chan outcome, 1)
 		byName := s.grants[cmd.Session]
 		if byName == nil {
