@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -106,6 +107,18 @@ func TestProposeDeferred(t *testing.T) {
 	c.clk.tick()
 	released("d3", d3)
 	c.waitApplied("d3", c.ids...)
+
+	// The call of a held entry ends with its context (DESIGN.md invariant
+	// 12). (The entry stays queued, as any proposal handed to the loop
+	// does.)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	d4 := make(chan error, 1)
+	go func() { d4 <- node.ProposeDeferred(ctx, []byte("d4"), node.DeferEpoch()) }()
+	held("d4", d4)
+	cancel()
+	if err := <-d4; !errors.Is(err, context.Canceled) {
+		t.Fatalf("ProposeDeferred(d4) after its context ended: %v, want context.Canceled", err)
+	}
 
 	// A follower does not hold: it refuses at once.
 	if err := c.nodes[f].ProposeDeferred(testCtx(t), []byte("f"), c.nodes[f].DeferEpoch()); !errors.Is(err, ErrNotLeader) {
