@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
 )
 
 // walSizingFS hands Pebble write-ahead log files whose Preallocate extends
@@ -24,8 +25,13 @@ import (
 //
 // Files that are not WALs, and files without a descriptor (vfs.NewMem), keep
 // the wrapped file system's Preallocate.
+//
+// With a pressure, WAL files also sync off the processor while goroutines
+// wait for processors (syncwait.go).
 type walSizingFS struct {
 	vfs.FS
+	pressure *schedPressure // nil: WAL syncs always block in SyncData
+	log      *zap.Logger
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
@@ -35,7 +41,7 @@ func (fs walSizingFS) Create(name string, category vfs.DiskWriteCategory) (vfs.F
 	if err != nil || !isWAL(name) {
 		return f, err
 	}
-	return sizingFile{f}, nil
+	return fs.wrapWAL(f), nil
 }
 
 func (fs walSizingFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
@@ -43,7 +49,7 @@ func (fs walSizingFS) ReuseForWrite(oldname, newname string, category vfs.DiskWr
 	if err != nil || !isWAL(newname) {
 		return f, err
 	}
-	return sizingFile{f}, nil
+	return fs.wrapWAL(f), nil
 }
 
 // sizingFile is a WAL file whose Preallocate extends its size (see

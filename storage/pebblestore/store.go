@@ -60,6 +60,10 @@ type Store struct {
 	db   *pebble.DB
 	lock *pebble.Lock // Pebble's directory lock, released after the database closes
 
+	// pressure decides when WAL syncs wait off the processor (syncwait.go);
+	// nil unless the store is on the operating system's file system.
+	pressure *schedPressure
+
 	// fatalMu guards fatal, the first failure Pebble reported through
 	// Logger.Fatalf, possibly from one of its background goroutines.
 	fatalMu sync.Mutex
@@ -124,9 +128,14 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, log: logger, lock: lock}
+	if opts.FS == nil {
+		// Only on the operating system's file system: a WAL sync off the
+		// processor goes to the descriptor directly, past any wrapper.
+		s.pressure = newSchedPressure()
+	}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 walSizingFS{fs},
+		FS:                 walSizingFS{FS: fs, pressure: s.pressure, log: logger},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the

@@ -1,0 +1,169 @@
+package pebblestore
+
+import (
+	"errors"
+	"runtime/metrics"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// How a WAL sync waits.
+//
+// A goroutine blocked in fdatasync(2) keeps its processor (P): the Go
+// scheduler hands a P that sits in a system call to another thread only when
+// sysmon retakes it, after at least two sysmon ticks of 20 us, and sysmon
+// stretches its tick towards 10 ms while it finds nothing to retake, which
+// is what syncs shorter than that make it find (runtime/proc.go, retake and
+// sysmon). A raft log sync takes 0.15-0.6 ms on this project's machine and
+// comes once per Ready, so a busy replica runs with one P fewer for much of
+// the time, and in the benchmark three replicas in one process on two cores
+// often leave no P at all for the goroutines that have work. Measured with
+// `go run ./bench -scenarios uncontended_64,uncontended_256 -systems ours`:
+// GOMAXPROCS=4 on the 2-core machine gave 45-52% more cycles/s with
+// blocking syncs, and with syncs disabled (a throwaway build) GOMAXPROCS made
+// no difference.
+//
+// Waiting without a P has its own cost when Ps are idle: the completion
+// reaches the goroutine through a kernel worker, an eventfd and the
+// netpoller instead of waking the blocked thread directly. Always waiting
+// that way added 0.04 ms to latency_1's acquire p50 and cost 4-10% of
+// handoff_16's hand-offs/s.
+//
+// So a WAL file on the operating system's file system waits off the P only
+// while goroutines are measurably waiting for Ps: schedPressure reads the
+// runtime's scheduling-latency histogram (/sched/latencies:seconds, the time
+// goroutines spend runnable before they run) every pressureEvery syncs and
+// turns on when the window's 90th percentile reaches pressureOn, off when it
+// falls below pressureOff. The gap keeps it from flapping, since waiting off
+// the P itself lowers the latency it measures.
+
+const (
+	pressureEvery      = 16     // syncs between two reads of the histogram
+	pressureMinSamples = 64     // scheduling events a window needs to count
+	pressureOn         = 200e-6 // seconds: p90 at or above it turns pressure on
+	pressureOff        = 50e-6  // seconds: p90 below it turns pressure off
+)
+
+// offCPUSyncer syncs one file's data without holding a P while it waits
+// (aiosync_linux.go). syncData returns fallback() when the kernel refuses
+// the request before queueing it.
+type offCPUSyncer interface {
+	syncData(fallback func() error) error
+	close() error
+}
+
+// schedPressure says whether goroutines are waiting for processors (see
+// above). Its zero value is not usable; make one with newSchedPressure.
+type schedPressure struct {
+	// sample returns the cumulative scheduling-latency histogram, or nil if
+	// the runtime does not provide it. Tests replace it.
+	sample func() *metrics.Float64Histogram
+
+	mu    sync.Mutex
+	calls int
+	prev  []uint64 // the histogram's counts at the last read
+	on    bool
+
+	// Syncs by how they waited, for tests and curiosity.
+	offCPU, blocked atomic.Uint64
+}
+
+func newSchedPressure() *schedPressure {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	return &schedPressure{sample: func() *metrics.Float64Histogram {
+		metrics.Read(s) // s is reused under schedPressure.mu
+		if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+			return nil
+		}
+		return s[0].Value.Float64Histogram()
+	}}
+}
+
+// high reports whether the next sync should wait off the P. Every
+// pressureEvery calls it reads the histogram and updates its state.
+func (p *schedPressure) high() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls++; p.calls < pressureEvery {
+		return p.on
+	}
+	p.calls = 0
+	h := p.sample()
+	if h == nil {
+		return p.on
+	}
+	if len(p.prev) != len(h.Counts) {
+		p.prev = slices.Clone(h.Counts)
+		return p.on
+	}
+	var n uint64
+	for i, c := range h.Counts {
+		n += c - p.prev[i]
+	}
+	if n >= pressureMinSamples {
+		// The lower bound of the bucket holding the 90th percentile.
+		want, cum := n-n/10, uint64(0)
+		for i, c := range h.Counts {
+			if cum += c - p.prev[i]; cum >= want {
+				p90 := h.Buckets[i]
+				if !p.on && p90 >= pressureOn {
+					p.on = true
+				} else if p.on && p90 < pressureOff {
+					p.on = false
+				}
+				break
+			}
+		}
+	}
+	copy(p.prev, h.Counts)
+	return p.on
+}
+
+// offCPUFile is a WAL file whose SyncData waits off the P while pressure
+// is high, and blocks in the file's own SyncData otherwise.
+type offCPUFile struct {
+	sizingFile
+	s        offCPUSyncer
+	pressure *schedPressure
+}
+
+func (f *offCPUFile) SyncData() error {
+	if !f.pressure.high() {
+		f.pressure.blocked.Add(1)
+		return f.File.SyncData()
+	}
+	f.pressure.offCPU.Add(1)
+	return f.s.syncData(f.File.SyncData)
+}
+
+func (f *offCPUFile) Close() error {
+	err := f.File.Close()
+	return errors.Join(err, f.s.close())
+}
+
+// wrapWAL returns a WAL file for Pebble: sized ahead always, and syncing off
+// the P under pressure when fs has a schedPressure and the kernel provides
+// what that needs.
+func (fs walSizingFS) wrapWAL(f vfs.File) vfs.File {
+	sf := sizingFile{f}
+	fd := f.Fd()
+	if fs.pressure == nil || fd == vfs.InvalidFd {
+		return sf
+	}
+	s, err := newOffCPUSyncer(fd)
+	if err != nil {
+		fs.log.Sugar().Debugf("WAL syncs block in fdatasync: %v", err)
+		return sf
+	}
+	return &offCPUFile{sizingFile: sf, s: s, pressure: fs.pressure}
+}
+
+// setSample replaces the histogram source (tests).
+func (p *schedPressure) setSample(f func() *metrics.Float64Histogram) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sample, p.prev, p.calls = f, nil, 0
+}
