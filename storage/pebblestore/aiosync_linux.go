@@ -35,32 +35,34 @@ type iocb struct {
 
 // ioEvent is struct io_event (32 bytes).
 type ioEvent struct {
-	data uint64
+	data uint64 // the request's iocb.data
 	obj  uint64
 	res  int64 // the fdatasync result: 0, or -errno
 	res2 int64
 }
 
-// aioSyncer runs fdatasync(2) on one file as a Linux AIO request
-// (IOCB_CMD_FDSYNC) whose completion signals an eventfd, and waits for the
-// eventfd through the Go netpoller. The kernel performs the same vfs_fsync
-// as fdatasync(2), in a worker thread; the calling goroutine is parked, so
-// its processor runs other goroutines meanwhile (see syncPressure for why
-// that matters).
+// aioSyncer runs fdatasync(2) as a Linux AIO request (IOCB_CMD_FDSYNC)
+// whose completion signals an eventfd, and waits for the eventfd through
+// the Go netpoller. The kernel performs the same vfs_fsync as fdatasync(2),
+// in a worker thread; the calling goroutine is parked, so its processor
+// runs other goroutines meanwhile (see syncwait.go for why that matters).
 //
-// One request is in flight at a time. The syncer does not own the file
-// descriptor it syncs; close releases the AIO context and the eventfd.
+// One request is in flight at a time, tagged with a sequence number that
+// its completion must carry. A store makes one aioSyncer, at its first sync
+// under pressure, and closes it after Pebble (closing costs an RCU grace
+// period, tens of milliseconds, so it is not done per WAL file).
 type aioSyncer struct {
 	mu       sync.Mutex
-	fd       int      // the file to sync
 	ctx      uintptr  // aio_context_t, one slot
 	efd      int      // eventfd signalled on completion (non-blocking)
 	ev       *os.File // efd, registered with the netpoller
-	disabled bool     // io_submit refused the file: fdatasync from now on
+	seq      uint64   // tag of the last request
+	disabled bool     // io_submit refused a file: fdatasync from now on
+	broken   error    // a request's outcome is unknown: every sync fails
 	closed   bool
 }
 
-func newOffCPUSyncer(fd uintptr) (offCPUSyncer, error) {
+func newOffCPUSyncer() (offCPUSyncer, error) {
 	var ctx uintptr
 	if _, _, e := syscall.Syscall(syscall.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
 		return nil, fmt.Errorf("io_setup: %w", e)
@@ -73,23 +75,29 @@ func newOffCPUSyncer(fd uintptr) (offCPUSyncer, error) {
 	// os.NewFile registers a non-blocking descriptor with the netpoller, so
 	// a Read parks the goroutine instead of blocking its thread. The number
 	// is kept apart: (*os.File).Fd would switch the descriptor to blocking.
-	return &aioSyncer{fd: int(fd), ctx: ctx, efd: int(efd), ev: os.NewFile(efd, "quorumlock-wal-sync")}, nil
+	return &aioSyncer{ctx: ctx, efd: int(efd), ev: os.NewFile(efd, "quorumlock-wal-sync")}, nil
 }
 
-// syncData makes the file's written data durable, like fdatasync(2). If the
-// kernel refuses the request before queueing it (a file system without
-// fsync support for AIO, resource limits), it returns fallback() instead,
-// and after a refusal other than EAGAIN it uses fallback from then on. Once
-// a request is queued, syncData waits for its completion whatever happens,
-// and returns the kernel's result: an fsync error is never retried or
-// hidden (a retried fsync can report success for data the failed one lost).
-func (a *aioSyncer) syncData(fallback func() error) error {
+// syncData makes the written data of file descriptor fd durable, like
+// fdatasync(2). If the kernel refuses the request before queueing it (a
+// file without AIO fsync support, resource limits), it returns fallback()
+// instead, and after a refusal other than EAGAIN it uses fallback from then
+// on. Once a request is queued, syncData waits for that request's
+// completion and returns the kernel's result: an fsync error is never
+// retried or hidden (a retried fsync can report success for data the failed
+// one lost). If the outcome cannot be known, syncData and every later call
+// return an error.
+func (a *aioSyncer) syncData(fd int, fallback func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.broken != nil {
+		return a.broken
+	}
 	if a.disabled || a.closed {
 		return fallback()
 	}
-	cb := iocb{opcode: iocbCmdFdsync, fildes: uint32(a.fd), flags: iocbFlagResfd, resfd: uint32(a.efd)}
+	a.seq++
+	cb := iocb{data: a.seq, opcode: iocbCmdFdsync, fildes: uint32(fd), flags: iocbFlagResfd, resfd: uint32(a.efd)}
 	cbs := [1]*iocb{&cb}
 	for {
 		n, _, e := syscall.Syscall(syscall.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
@@ -117,19 +125,30 @@ func (a *aioSyncer) syncData(fallback func() error) error {
 			continue
 		}
 		if e != 0 {
-			// The request's outcome is unknown: report a failed sync.
-			return fmt.Errorf("pebblestore: io_getevents after an fdatasync request: %w", e)
+			a.broken = fmt.Errorf("pebblestore: the outcome of an fdatasync request is unknown: io_getevents: %w", e)
+			return a.broken
 		}
 		break
 	}
-	if ev.res < 0 {
-		return &os.PathError{Op: "fdatasync (aio)", Path: fmt.Sprintf("fd %d", a.fd), Err: syscall.Errno(-ev.res)}
+	if ev.data != a.seq {
+		// Only one request is ever in flight, so this is a completion
+		// nobody waited for, and this request's own is still to come.
+		a.broken = fmt.Errorf("pebblestore: fdatasync request %d completed as request %d", a.seq, ev.data)
+		return a.broken
+	}
+	return aioResult(ev.res)
+}
+
+// aioResult is the error an io_event's res stands for.
+func aioResult(res int64) error {
+	if res < 0 {
+		return &os.SyscallError{Syscall: "fdatasync (aio)", Err: syscall.Errno(-res)}
 	}
 	return nil
 }
 
 // close releases the AIO context and the eventfd. It waits for a sync in
-// progress.
+// progress; later syncs use their fallback.
 func (a *aioSyncer) close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -9,44 +9,92 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/metrics"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 )
 
-// TestOffCPUSyncer: a sync of a regular file goes through AIO and succeeds
-// without the fallback; a descriptor the kernel refuses (a pipe) gets the
-// fallback's result, then the fallback directly; after close too.
+// drained checks that a finished sync left nothing behind: no completion
+// in the AIO ring (a sync that returned before its request completed
+// leaves one), the eventfd's count read (a sync that skipped the parking
+// leaves it at 1), and the eventfd still non-blocking (parking through the
+// netpoller needs it).
+func drained(t *testing.T, a *aioSyncer) {
+	t.Helper()
+	flags, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(a.efd), syscall.F_GETFL, 0)
+	if e != 0 || flags&syscall.O_NONBLOCK == 0 {
+		t.Fatalf("eventfd flags %#x (%v): not non-blocking", flags, e)
+	}
+	var ev ioEvent
+	var zero syscall.Timespec
+	n, _, e := syscall.Syscall6(syscall.SYS_IO_GETEVENTS, a.ctx, 0, 1, uintptr(unsafe.Pointer(&ev)), uintptr(unsafe.Pointer(&zero)), 0)
+	if e != 0 || n != 0 {
+		t.Fatalf("after a sync the AIO ring holds %d events (%v), want 0", n, e)
+	}
+	var b [8]byte
+	if _, err := syscall.Read(a.efd, b[:]); err != syscall.EAGAIN {
+		t.Fatalf("after a sync the eventfd read gives %v, want EAGAIN (count already taken)", err)
+	}
+}
+
+// TestOffCPUSyncer: syncs of regular files go through AIO, wait for their
+// own completion and succeed without the fallback; a descriptor the kernel
+// refuses (a pipe) gets the fallback's result, then the fallback directly;
+// after close too; a completion that is not the request's own breaks the
+// syncer for good.
 func TestOffCPUSyncer(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
+	dir := t.TempDir()
+	var files []*os.File
+	for i := range 2 {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprint("wal", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files = append(files, f)
+	}
+	s, err := newOffCPUSyncer()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("newOffCPUSyncer: %v", err)
 	}
-	defer f.Close()
-	if _, err := f.Write([]byte("record")); err != nil {
-		t.Fatal(err)
-	}
-	s, err := newOffCPUSyncer(f.Fd())
-	if err != nil {
-		t.Fatalf("newOffCPUSyncer on %s: %v", f.Name(), err)
-	}
+	a := s.(*aioSyncer)
 	fallbacks := 0
 	errFallback := errors.New("fallback")
 	fallback := func() error { fallbacks++; return errFallback }
-	for i := range 3 {
-		if err := s.syncData(fallback); err != nil || fallbacks != 0 {
+	for i := range 200 {
+		f := files[i%2]
+		if _, err := f.Write([]byte("record")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.syncData(int(f.Fd()), fallback); err != nil || fallbacks != 0 {
 			t.Fatalf("sync %d of a regular file: %v, %d fallbacks", i, err, fallbacks)
 		}
+		drained(t, a)
 	}
+
+	// A request nobody waits for, queued behind the syncer's back: its
+	// completion must not pass for the next sync's.
+	orphan := iocb{data: 1 << 60, opcode: iocbCmdFdsync, fildes: uint32(files[0].Fd())}
+	cbs := [1]*iocb{&orphan}
+	if _, _, e := syscall.Syscall(syscall.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	var errs []error
+	for range 2 {
+		errs = append(errs, s.syncData(int(files[1].Fd()), fallback))
+	}
+	if errs[1] == nil || (errs[0] != nil && errs[0] != errs[1]) {
+		t.Fatalf("syncs after an orphan completion: %v; want an error, and the same error from then on", errs)
+	}
+
 	if err := s.close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.close(); err != nil {
 		t.Fatalf("second close: %v", err)
-	}
-	if err := s.syncData(fallback); !errors.Is(err, errFallback) || fallbacks != 1 {
-		t.Fatalf("sync after close: %v, %d fallbacks; want the fallback's result", err, fallbacks)
 	}
 
 	r, w, err := os.Pipe()
@@ -55,35 +103,62 @@ func TestOffCPUSyncer(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	ps, err := newOffCPUSyncer(w.Fd())
+	ps, err := newOffCPUSyncer()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ps.close()
 	fallbacks = 0
-	if err := ps.syncData(fallback); !errors.Is(err, errFallback) || fallbacks != 1 {
+	if err := ps.syncData(int(w.Fd()), fallback); !errors.Is(err, errFallback) || fallbacks != 1 {
 		t.Fatalf("sync of a pipe: %v, %d fallbacks; want the fallback's result once", err, fallbacks)
 	}
 	if !ps.(*aioSyncer).disabled {
 		t.Fatal("a refused request did not switch the syncer to its fallback")
 	}
-	if err := ps.syncData(fallback); !errors.Is(err, errFallback) || fallbacks != 2 {
-		t.Fatalf("second sync of a pipe: %v, %d fallbacks", err, fallbacks)
+	if err := ps.syncData(int(files[0].Fd()), fallback); !errors.Is(err, errFallback) || fallbacks != 2 {
+		t.Fatalf("sync after a refusal: %v, %d fallbacks; want the fallback", err, fallbacks)
+	}
+	if err := ps.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.syncData(int(files[0].Fd()), fallback); !errors.Is(err, errFallback) || fallbacks != 3 {
+		t.Fatalf("sync after close: %v, %d fallbacks; want the fallback", err, fallbacks)
 	}
 }
 
+func TestAIOResult(t *testing.T) {
+	if err := aioResult(0); err != nil {
+		t.Fatalf("res 0: %v", err)
+	}
+	if err := aioResult(-int64(syscall.EIO)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("res -EIO: %v, want EIO", err)
+	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	des, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(des)
+}
+
 // TestWALSyncsOffCPU: under scheduling pressure the WAL's syncs wait off
-// the processor, and what they synced is all there after a crash image,
-// a WAL rotation and a reopen.
+// the processor, through new and recycled WAL files, what they wrote is all
+// there after a crash image (of the page cache: this shows the records
+// reach the files, not that they are durable) and a reopen, and a store's
+// open and close cycles leak no descriptor.
 func TestWALSyncsOffCPU(t *testing.T) {
 	dir := t.TempDir()
+	fds := openFDs(t)
 	s := openT(t, dir, Options{Logger: zap.NewNop()}, defaultCacheLimits)
 	defer s.Close()
-	if s.pressure == nil {
-		t.Fatal("a store on the operating system's file system has no schedPressure")
+	if s.syncs == nil {
+		t.Fatal("a store on the operating system's file system has no walSyncs")
 	}
 	f := newFakeSchedLatency()
-	s.pressure.setSample(func() *metrics.Float64Histogram {
+	s.syncs.pressure.setSample(func() *metrics.Float64Histogram {
 		f.add(4, 100) // every read sees a window of 1 ms waits
 		return f.sample()
 	})
@@ -91,10 +166,15 @@ func TestWALSyncsOffCPU(t *testing.T) {
 		return &raftpb.HardState{Term: new(uint64(1)), Vote: new(uint64(1)), Commit: new(commit)}
 	}
 	save := func(lo, hi uint64) {
+		t.Helper()
+		before := s.syncs.offCPU.Load()
 		for i := lo; i <= hi; i++ {
 			if err := s.Save(hs(i-1), testEntries(i, i, 1)); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if n := s.syncs.offCPU.Load() - before; n < (hi-lo+1)/2 {
+			t.Fatalf("entries %d-%d: %d synced Saves waited off the processor under pressure (blocked: %d)", lo, hi, n, s.syncs.blocked.Load())
 		}
 	}
 	check := func(dir string, last uint64) {
@@ -112,22 +192,24 @@ func TestWALSyncsOffCPU(t *testing.T) {
 		}
 	}
 	save(1, 100)
-	if n := s.pressure.offCPU.Load(); n < 50 {
-		t.Fatalf("%d of 100 synced Saves waited off the processor under pressure (blocked: %d)", n, s.pressure.blocked.Load())
-	}
 	check(crashImage(t, dir), 100)
 
-	if err := s.db.Flush(); err != nil { // a new WAL, created under pressure
-		t.Fatal(err)
+	// Rotations: the first makes a new WAL file, later ones recycle old
+	// ones (ReuseForWrite).
+	last := uint64(100)
+	for range 3 {
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		save(last+1, last+50)
+		last += 50
 	}
-	before := s.pressure.offCPU.Load()
-	save(101, 150)
-	if s.pressure.offCPU.Load()-before < 50 {
-		t.Fatalf("after a WAL rotation only %d of 50 syncs waited off the processor", s.pressure.offCPU.Load()-before)
-	}
-	check(crashImage(t, dir), 150)
+	check(crashImage(t, dir), last)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	check(dir, 150)
+	check(dir, last)
+	if n := openFDs(t); n != fds {
+		t.Fatalf("%d descriptors open after the store closed, %d before it opened", n, fds)
+	}
 }

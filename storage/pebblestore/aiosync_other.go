@@ -6,6 +6,6 @@ import "errors"
 
 // newOffCPUSyncer: Linux AIO is not available here, and WAL syncs block in
 // the file's own SyncData.
-func newOffCPUSyncer(uintptr) (offCPUSyncer, error) {
+func newOffCPUSyncer() (offCPUSyncer, error) {
 	return nil, errors.New("pebblestore: off-processor fsync needs Linux AIO on amd64 or arm64")
 }

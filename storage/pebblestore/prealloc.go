@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"go.uber.org/zap"
 )
 
 // walSizingFS hands Pebble write-ahead log files whose Preallocate extends
@@ -26,12 +25,11 @@ import (
 // Files that are not WALs, and files without a descriptor (vfs.NewMem), keep
 // the wrapped file system's Preallocate.
 //
-// With a pressure, WAL files also sync off the processor while goroutines
-// wait for processors (syncwait.go).
+// With syncs, WAL files also sync off the processor while goroutines wait
+// for processors (syncwait.go).
 type walSizingFS struct {
 	vfs.FS
-	pressure *schedPressure // nil: WAL syncs always block in SyncData
-	log      *zap.Logger
+	syncs *walSyncs // nil: WAL syncs always block in SyncData
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }

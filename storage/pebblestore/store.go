@@ -60,9 +60,9 @@ type Store struct {
 	db   *pebble.DB
 	lock *pebble.Lock // Pebble's directory lock, released after the database closes
 
-	// pressure decides when WAL syncs wait off the processor (syncwait.go);
+	// syncs decides when WAL syncs wait off the processor (syncwait.go);
 	// nil unless the store is on the operating system's file system.
-	pressure *schedPressure
+	syncs *walSyncs
 
 	// fatalMu guards fatal, the first failure Pebble reported through
 	// Logger.Fatalf, possibly from one of its background goroutines.
@@ -131,11 +131,11 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	if opts.FS == nil {
 		// Only on the operating system's file system: a WAL sync off the
 		// processor goes to the descriptor directly, past any wrapper.
-		s.pressure = newSchedPressure()
+		s.syncs = newWALSyncs(logger)
 	}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 walSizingFS{FS: fs, pressure: s.pressure, log: logger},
+		FS:                 walSizingFS{FS: fs, syncs: s.syncs},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
@@ -147,6 +147,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
+		_ = s.syncs.close()
 		_ = lock.Close()
 		if pebble.IsCorruptionError(err) {
 			// Pebble names the damaged file (for example the WAL being
@@ -161,6 +162,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	s.db = db
 	if err := s.load(lim); err != nil {
 		_ = db.Close()
+		_ = s.syncs.close()
 		_ = lock.Close()
 		return nil, err
 	}
@@ -629,6 +631,9 @@ func (s *Store) Close() error {
 	s.cache = nil
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
+	}
+	if serr := s.syncs.close(); err == nil {
+		err = serr
 	}
 	if lerr := s.lock.Close(); err == nil {
 		err = lerr

@@ -1,13 +1,13 @@
 package pebblestore
 
 import (
-	"errors"
 	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
 )
 
 // How a WAL sync waits.
@@ -37,21 +37,22 @@ import (
 // runtime's scheduling-latency histogram (/sched/latencies:seconds, the time
 // goroutines spend runnable before they run) every pressureEvery syncs and
 // turns on when the window's 90th percentile reaches pressureOn, off when it
-// falls below pressureOff. The gap keeps it from flapping, since waiting off
-// the P itself lowers the latency it measures.
+// falls below pressureOff or the window holds fewer than
+// pressureMinSamples events (a quiet process). The gap keeps it from
+// flapping, since waiting off the P itself lowers the latency it measures.
 
 const (
 	pressureEvery      = 16     // syncs between two reads of the histogram
-	pressureMinSamples = 64     // scheduling events a window needs to count
+	pressureMinSamples = 64     // fewer scheduling events in a window: pressure off
 	pressureOn         = 200e-6 // seconds: p90 at or above it turns pressure on
 	pressureOff        = 50e-6  // seconds: p90 below it turns pressure off
 )
 
-// offCPUSyncer syncs one file's data without holding a P while it waits
+// offCPUSyncer syncs a file's data without holding a P while it waits
 // (aiosync_linux.go). syncData returns fallback() when the kernel refuses
 // the request before queueing it.
 type offCPUSyncer interface {
-	syncData(fallback func() error) error
+	syncData(fd int, fallback func() error) error
 	close() error
 }
 
@@ -66,9 +67,6 @@ type schedPressure struct {
 	calls int
 	prev  []uint64 // the histogram's counts at the last read
 	on    bool
-
-	// Syncs by how they waited, for tests and curiosity.
-	offCPU, blocked atomic.Uint64
 }
 
 func newSchedPressure() *schedPressure {
@@ -103,7 +101,10 @@ func (p *schedPressure) high() bool {
 	for i, c := range h.Counts {
 		n += c - p.prev[i]
 	}
-	if n >= pressureMinSamples {
+	if n < pressureMinSamples {
+		// A quiet process: nothing waits for a P.
+		p.on = false
+	} else {
 		// The lower bound of the bucket holding the 90th percentile.
 		want, cum := n-n/10, uint64(0)
 		for i, c := range h.Counts {
@@ -122,43 +123,88 @@ func (p *schedPressure) high() bool {
 	return p.on
 }
 
-// offCPUFile is a WAL file whose SyncData waits off the P while pressure
-// is high, and blocks in the file's own SyncData otherwise.
+// walSyncs decides how a store's WAL syncs wait, and owns the store's
+// offCPUSyncer, made at the first sync under pressure.
+type walSyncs struct {
+	pressure  *schedPressure
+	newSyncer func() (offCPUSyncer, error)
+	log       *zap.Logger
+
+	mu     sync.Mutex
+	syncer offCPUSyncer // nil until the first sync under pressure
+	noAIO  bool         // newSyncer failed: syncs block
+	closed bool
+
+	// Syncs by how they waited, for tests and curiosity.
+	offCPU, blocked atomic.Uint64
+}
+
+func newWALSyncs(log *zap.Logger) *walSyncs {
+	return &walSyncs{pressure: newSchedPressure(), newSyncer: newOffCPUSyncer, log: log}
+}
+
+// syncData syncs f's data: off the P under pressure, else in f.SyncData.
+func (w *walSyncs) syncData(f vfs.File) error {
+	fd := f.Fd()
+	if fd == vfs.InvalidFd || !w.pressure.high() {
+		w.blocked.Add(1)
+		return f.SyncData()
+	}
+	s := w.offCPUSyncer()
+	if s == nil {
+		w.blocked.Add(1)
+		return f.SyncData()
+	}
+	w.offCPU.Add(1)
+	return s.syncData(int(fd), f.SyncData)
+}
+
+func (w *walSyncs) offCPUSyncer() offCPUSyncer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.syncer == nil && !w.noAIO && !w.closed {
+		s, err := w.newSyncer()
+		if err != nil {
+			w.noAIO = true
+			w.log.Info("WAL syncs will block in fdatasync under scheduling pressure too", zap.Error(err))
+			return nil
+		}
+		w.syncer = s
+	}
+	return w.syncer
+}
+
+// close releases the syncer. Call it after Pebble is closed. A nil
+// walSyncs has nothing to release.
+func (w *walSyncs) close() error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	if w.syncer == nil {
+		return nil
+	}
+	return w.syncer.close()
+}
+
+// offCPUFile is a WAL file whose SyncData goes through the store's
+// walSyncs.
 type offCPUFile struct {
 	sizingFile
-	s        offCPUSyncer
-	pressure *schedPressure
+	syncs *walSyncs
 }
 
-func (f *offCPUFile) SyncData() error {
-	if !f.pressure.high() {
-		f.pressure.blocked.Add(1)
-		return f.File.SyncData()
-	}
-	f.pressure.offCPU.Add(1)
-	return f.s.syncData(f.File.SyncData)
-}
+func (f offCPUFile) SyncData() error { return f.syncs.syncData(f.File) }
 
-func (f *offCPUFile) Close() error {
-	err := f.File.Close()
-	return errors.Join(err, f.s.close())
-}
-
-// wrapWAL returns a WAL file for Pebble: sized ahead always, and syncing off
-// the P under pressure when fs has a schedPressure and the kernel provides
-// what that needs.
+// wrapWAL returns a WAL file for Pebble: sized ahead always, and syncing
+// through fs.syncs when the store has one.
 func (fs walSizingFS) wrapWAL(f vfs.File) vfs.File {
-	sf := sizingFile{f}
-	fd := f.Fd()
-	if fs.pressure == nil || fd == vfs.InvalidFd {
-		return sf
+	if fs.syncs == nil {
+		return sizingFile{f}
 	}
-	s, err := newOffCPUSyncer(fd)
-	if err != nil {
-		fs.log.Sugar().Debugf("WAL syncs block in fdatasync: %v", err)
-		return sf
-	}
-	return &offCPUFile{sizingFile: sf, s: s, pressure: fs.pressure}
+	return offCPUFile{sizingFile: sizingFile{f}, syncs: fs.syncs}
 }
 
 // setSample replaces the histogram source (tests).

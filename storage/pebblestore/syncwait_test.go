@@ -31,8 +31,8 @@ func (f *fakeSchedLatency) sample() *metrics.Float64Histogram {
 
 // TestSchedPressure: the state changes only when the histogram is read
 // (every pressureEvery syncs), turns on at a window p90 of pressureOn or
-// more, off below pressureOff, stays put in between and on windows with
-// too few events.
+// more, off below pressureOff or on a window with too few events, and
+// stays put in between.
 func TestSchedPressure(t *testing.T) {
 	f := newFakeSchedLatency()
 	p := newSchedPressure()
@@ -64,8 +64,11 @@ func TestSchedPressure(t *testing.T) {
 	f.add(2, 100)
 	window(true, "p90 at 100 us, between off and on: stays on")
 
-	f.add(0, pressureMinSamples-1)
-	window(true, "a window with too few events: unchanged")
+	f.add(3, pressureMinSamples-1)
+	window(false, "a window with too few events (a quiet process): off")
+
+	f.add(3, 100)
+	window(true, "p90 at 300 us again")
 
 	f.add(1, 100)
 	window(false, "p90 at 10 us: off")
