@@ -158,8 +158,7 @@ func crashAndRestart(t *testing.T, opt options, point string, v victim, received
 	c.waitLeader()
 	w := startWorkload(c, seed, clients, locks)
 	w.waitOps(40)
-	p := c.arm(point, v, received)
-	ev, stopped := c.awaitCrash(p)
+	p, ev, stopped := c.armAndAwait(point, v, received)
 	if !v.all() {
 		// The others go on without the victim (electing a new leader if
 		// it was the leader).

@@ -239,6 +239,41 @@ func (c *cluster) awaitCrash(p *crashPlan) (crashEvent, map[uint64]string) {
 		c.plan.CompareAndSwap(p, nil)
 		c.t.Fatalf("replica %d never reached %s as %v within %v", p.target, p.point, p.role, waitTimeout)
 	}
+	return ev, c.crashed(p, ev)
+}
+
+// armAndAwait arms a plan on the current roles (arm) and waits for it to
+// fire, as awaitCrash does. A plan whose target left its role before the
+// point (an election under the load of -race on two cores) never fires: it
+// is disarmed after waitTimeout and armed again on the roles of then, up
+// to three attempts.
+func (c *cluster) armAndAwait(point string, v victim, received *bool) (*crashPlan, crashEvent, map[uint64]string) {
+	c.t.Helper()
+	for attempt := 1; ; attempt++ {
+		p := c.arm(point, v, received)
+		select {
+		case ev := <-p.crashc:
+			return p, ev, c.crashed(p, ev)
+		case <-time.After(waitTimeout):
+		}
+		c.plan.CompareAndSwap(p, nil)
+		// A node goroutine that loaded the plan before it was disarmed may
+		// still fire it (and then waits for its release).
+		select {
+		case ev := <-p.crashc:
+			return p, ev, c.crashed(p, ev)
+		case <-time.After(time.Second):
+		}
+		if attempt == 3 {
+			c.t.Fatalf("replica %d never reached %s as %v within %v, in %d attempts", p.target, p.point, p.role, waitTimeout, attempt)
+		}
+		c.t.Logf("replica %d did not reach %s as %v within %v; arming again", p.target, p.point, p.role, waitTimeout)
+	}
+}
+
+// crashed finishes a fired plan: it stops the victims and installs their
+// crash images, and returns each victim's store state when it stopped.
+func (c *cluster) crashed(p *crashPlan, ev crashEvent) map[uint64]string {
 	c.plan.CompareAndSwap(p, nil)
 	states := c.stop(p.victims, p.release)
 	c.mu.Lock()
@@ -246,7 +281,7 @@ func (c *cluster) awaitCrash(p *crashPlan) (crashEvent, map[uint64]string) {
 		c.reps[id].fs = fs
 	}
 	c.mu.Unlock()
-	return ev, states
+	return states
 }
 
 // restart starts a new life of each of ids from its file system.
