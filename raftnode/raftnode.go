@@ -233,6 +233,8 @@ type Node struct {
 	suspect    uint64            // the leader whose connection broke (0: none), see campaignIfSuspect
 	suspectAt  uint64            // the term it led in
 	silent     int               // ticks since the last message from the leader
+	lostTerm   uint64            // term of a campaign after the leader's connection broke (0: none), see campaignIfSuspect
+	recampaign bool              // as that pre-candidate it refused a pre-vote: campaign again at the next tick
 	ticks      uint64            // ticks since start
 	heard      map[uint64]uint64 // peer -> n.ticks at its latest message; dropped when reported unreachable
 	isLeader   bool
@@ -816,8 +818,27 @@ func (n *Node) report(rep report) {
 // still in the lease) and stays a pre-candidate, so the next one's pre-vote
 // and vote succeed. So a crashed leader is replaced a few ticks after its
 // last heartbeat.
+//
+// A pre-candidate made so that then refuses another follower's pre-vote
+// (raft refuses one whose log is behind its own) campaigns again at the
+// next tick: that follower has given up the leader too, so it now grants
+// the pre-vote it refused under its lease. Without that, a first
+// campaigner with the longer log and a second with the shorter one refuse
+// each other, and both wait for raft's election timer (seen in the
+// benchmark's failover: 1.3-1.9 s instead of about 0.45 s).
 func (n *Node) campaignIfSuspect() {
 	n.silent++
+	if n.lostTerm != 0 {
+		bs := n.rn.BasicStatus()
+		if bs.RaftState != raft.StatePreCandidate || bs.GetTerm() != n.lostTerm {
+			n.lostTerm, n.recampaign = 0, false
+		} else if n.recampaign {
+			n.recampaign = false
+			if err := n.rn.Campaign(); err != nil {
+				n.log.Debug("campaign again after refusing a pre-vote", zap.Error(err))
+			}
+		}
+	}
 	if n.suspect == 0 {
 		return
 	}
@@ -832,7 +853,9 @@ func (n *Node) campaignIfSuspect() {
 	n.suspect = 0
 	if err := n.rn.Campaign(); err != nil {
 		n.log.Debug("campaign after losing the leader's connection", zap.Error(err))
+		return
 	}
+	n.lostTerm = bs.GetTerm()
 }
 
 // fail records a storage error that stops the node.
@@ -1137,6 +1160,14 @@ func isResponse(t raftpb.MessageType) bool {
 
 // send hands the Ready's messages to the transport.
 func (n *Node) send(msgs []*raftpb.Message) {
+	if n.lostTerm != 0 && !n.recampaign {
+		for _, m := range msgs {
+			if m.GetType() == raftpb.MessageType_MsgPreVoteResp && m.GetReject() {
+				n.recampaign = true
+				break
+			}
+		}
+	}
 	if len(msgs) > 0 {
 		n.cfg.Transport.Send(msgs)
 	}

@@ -787,3 +787,52 @@ func TestReportAfterQueuedMessages(t *testing.T) {
 		t.Fatal("a heartbeat from the leader after the report left it suspect")
 	}
 }
+
+// TestCampaignAgainAfterRefusingAPreVote: the leader dies while the
+// follower that campaigns first (the lower ID, the shorter stagger) has a
+// longer log than the other. Its pre-vote is refused under the other's
+// lease; the other's pre-vote is refused by it (that log is behind). It
+// then campaigns again and wins within a few ticks, instead of both waiting
+// for raft's randomized election timer.
+func TestCampaignAgainAfterRefusingAPreVote(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.settledLeader()
+	fs := c.others(lead)
+	ahead, behind := fs[0], fs[1] // ahead has the lower ID: it campaigns first
+
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		return !(from == lead && m.GetTo() == behind && m.GetType() == raftpb.MessageType_MsgApp)
+	})
+	c.propose(lead, "y")
+	c.waitApplied("y", lead, ahead)
+	c.isolate(lead)
+	c.setHook(nil)
+	time.Sleep(2 * time.Millisecond)
+	for _, id := range fs {
+		c.waitFor("queued messages to be handled", func() bool { return len(c.nodes[id].recvc) == 0 })
+	}
+	for _, id := range fs {
+		c.nodes[id].ReportUnreachable(lead)
+	}
+	ticks := 0
+	deadline := time.Now().Add(waitTimeout)
+	for c.leaderAmong(fs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for a new leader")
+		}
+		c.clk.tick()
+		ticks++
+		for range 100 { // up to 25 ms a tick for the pre-vote, vote and append rounds
+			if c.leaderAmong(fs) != 0 {
+				break
+			}
+			time.Sleep(250 * time.Microsecond)
+		}
+	}
+	if got := c.leaderAmong(fs); got != ahead {
+		t.Fatalf("new leader %d, want %d (the longer log)", got, ahead)
+	}
+	if ticks >= electionTicks {
+		t.Fatalf("a new leader took %d ticks after the reports; raft's own timer takes at least an election timeout (%d)", ticks, electionTicks)
+	}
+}
