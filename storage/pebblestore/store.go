@@ -42,7 +42,9 @@ var ErrClosed = errors.New("pebblestore: store is closed")
 type Options struct {
 	// FS is the file system the store lives on. Tests pass vfs.NewMem() or an
 	// error-injecting wrapper. The default (nil) is vfs.Default, the operating
-	// system's file system.
+	// system's file system; only then, on Linux amd64/arm64, do WAL syncs
+	// wait off the Go processor while goroutines wait for one (Linux AIO;
+	// docs/storage.md, "How a WAL sync waits").
 	FS vfs.FS
 
 	// Logger receives Pebble's messages and the store's own errors. The
