@@ -97,38 +97,43 @@ func (p *schedPressure) high() bool {
 		p.prev = slices.Clone(h.Counts)
 		return p.on
 	}
-	var n uint64
-	for i, c := range h.Counts {
-		n += c - p.prev[i]
-	}
-	if n < pressureMinSamples {
-		// A quiet process: nothing waits for a P.
+	switch p90, ok := windowP90(h, p.prev); {
+	case !ok:
+		p.on = false // a quiet process: nothing waits for a P
+	case !p.on && p90 >= pressureOn:
+		p.on = true
+	case p.on && p90 < pressureOff:
 		p.on = false
-	} else {
-		// The lower bound of the bucket holding the 90th percentile.
-		want, cum := n-n/10, uint64(0)
-		for i, c := range h.Counts {
-			if cum += c - p.prev[i]; cum >= want {
-				p90 := h.Buckets[i]
-				if !p.on && p90 >= pressureOn {
-					p.on = true
-				} else if p.on && p90 < pressureOff {
-					p.on = false
-				}
-				break
-			}
-		}
 	}
 	copy(p.prev, h.Counts)
 	return p.on
 }
 
+// windowP90 returns the lower bound of the bucket holding the 90th
+// percentile of the events in h since prev (the same buckets), or false if
+// there are fewer than pressureMinSamples of them.
+func windowP90(h *metrics.Float64Histogram, prev []uint64) (float64, bool) {
+	var n uint64
+	for i, c := range h.Counts {
+		n += c - prev[i]
+	}
+	if n < pressureMinSamples {
+		return 0, false
+	}
+	want, cum := n-n/10, uint64(0)
+	for i, c := range h.Counts {
+		if cum += c - prev[i]; cum >= want {
+			return h.Buckets[i], true
+		}
+	}
+	return h.Buckets[len(h.Counts)-1], true // not reached: cum ends at n
+}
+
 // walSyncs decides how a store's WAL syncs wait, and owns the store's
 // offCPUSyncer, made at the first sync under pressure.
 type walSyncs struct {
-	pressure  *schedPressure
-	newSyncer func() (offCPUSyncer, error)
-	log       *zap.Logger
+	pressure *schedPressure
+	log      *zap.Logger
 
 	mu     sync.Mutex
 	syncer offCPUSyncer // nil until the first sync under pressure
@@ -140,7 +145,7 @@ type walSyncs struct {
 }
 
 func newWALSyncs(log *zap.Logger) *walSyncs {
-	return &walSyncs{pressure: newSchedPressure(), newSyncer: newOffCPUSyncer, log: log}
+	return &walSyncs{pressure: newSchedPressure(), log: log}
 }
 
 // syncData syncs f's data: off the P under pressure, else in f.SyncData.
@@ -163,7 +168,7 @@ func (w *walSyncs) offCPUSyncer() offCPUSyncer {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.syncer == nil && !w.noAIO && !w.closed {
-		s, err := w.newSyncer()
+		s, err := newOffCPUSyncer()
 		if err != nil {
 			w.noAIO = true
 			w.log.Info("WAL syncs will block in fdatasync under scheduling pressure too", zap.Error(err))
