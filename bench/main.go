@@ -131,18 +131,19 @@ func main() {
 		os.Exit(memClientMain(os.Args[2:], os.Stdin, os.Stdout))
 	}
 	var (
-		quick      = flag.Bool("quick", false, "run every scenario briefly, with 100k/1M scaled down (under 3 minutes)")
-		only       = flag.String("scenarios", "", "comma-separated scenarios to run (default: all)")
-		systems    = flag.String("systems", "ours,etcd", "systems to run: ours, etcd or both")
-		duration   = flag.Duration("duration", 0, "measurement window of the loop scenarios (default 10s, quick 2s)")
-		jsonOut    = flag.String("json", "", "write the results as JSON to this file")
-		cpuProfile = flag.String("cpuprofile", "", "write CPU profiles of quorumlock's measured phases to PREFIX.<scenario>.pprof")
-		memProfile = flag.String("memprofile", "", "write a heap profile of quorumlock after memory_1m to PREFIX.memory_1m.heap.pprof")
-		dir        = flag.String("dir", "", "parent directory of the data directories (default: the system temp dir)")
-		sessions   = flag.Int("sessions", 0, "override the 100,000 sessions of heartbeats, memory_1m and expiry_storm")
-		etcdHB     = flag.Int("etcd-hb-sessions", 0, "override etcd's lease count in heartbeats (default 50,000; quick: as ours)")
-		etcdStorm  = flag.Int("etcd-storm-sessions", 0, "override etcd's lease count in expiry_storm (default 50,000; quick: as ours)")
-		repeats    = flag.Int("failover-repeats", 0, "failover repeats (default 10, quick 2)")
+		quick        = flag.Bool("quick", false, "run every scenario briefly, with 100k/1M scaled down (under 3 minutes)")
+		only         = flag.String("scenarios", "", "comma-separated scenarios to run (default: all)")
+		systems      = flag.String("systems", "ours,etcd", "systems to run: ours, etcd or both")
+		duration     = flag.Duration("duration", 0, "measurement window of the loop scenarios (default 10s, quick 2s)")
+		jsonOut      = flag.String("json", "", "write the results as JSON to this file")
+		cpuProfile   = flag.String("cpuprofile", "", "write CPU profiles of quorumlock's measured phases to PREFIX.<scenario>.pprof")
+		memProfile   = flag.String("memprofile", "", "write a heap profile of quorumlock after memory_1m to PREFIX.memory_1m.heap.pprof")
+		allocProfile = flag.String("allocprofile", "", "write allocation profiles around quorumlock's measured phase of each scenario to PREFIX.<scenario>.allocs{-base,}.pprof (compare with go tool pprof -diff_base)")
+		dir          = flag.String("dir", "", "parent directory of the data directories (default: the system temp dir)")
+		sessions     = flag.Int("sessions", 0, "override the 100,000 sessions of heartbeats, memory_1m and expiry_storm")
+		etcdHB       = flag.Int("etcd-hb-sessions", 0, "override etcd's lease count in heartbeats (default 50,000; quick: as ours)")
+		etcdStorm    = flag.Int("etcd-storm-sessions", 0, "override etcd's lease count in expiry_storm (default 50,000; quick: as ours)")
+		repeats      = flag.Int("failover-repeats", 0, "failover repeats (default 10, quick 2)")
 	)
 	flag.Parse()
 	// A finer heap sample than the default 512 KiB, for memory_1m's split
@@ -244,7 +245,7 @@ func main() {
 			sp := *p
 			sp.prof = nil
 			if sys.Name() == "ours" {
-				sp.prof = &profiler{cpu: *cpuProfile, mem: *memProfile, scenario: sc.name}
+				sp.prof = &profiler{cpu: *cpuProfile, mem: *memProfile, allocs: *allocProfile, scenario: sc.name}
 			}
 			budget := 10 * time.Minute
 			if p.quick {
@@ -292,15 +293,22 @@ func fatal(err error) {
 }
 
 // profiler writes a CPU profile of quorumlock's measured phase of one
-// scenario, and a heap profile where asked. A nil profiler does nothing.
+// scenario, allocation profiles at its start and end, and a heap profile
+// where asked. A nil profiler does nothing.
 type profiler struct {
-	cpu, mem string
-	scenario string
-	f        *os.File
+	cpu, mem, allocs string
+	scenario         string
+	f                *os.File
+	started          bool
 }
 
 func (pr *profiler) start() {
-	if pr == nil || pr.cpu == "" || pr.f != nil {
+	if pr == nil || pr.started {
+		return
+	}
+	pr.started = true
+	pr.writeAllocs("allocs-base")
+	if pr.cpu == "" {
 		return
 	}
 	f, err := os.Create(fmt.Sprintf("%s.%s.pprof", pr.cpu, pr.scenario))
@@ -317,13 +325,36 @@ func (pr *profiler) start() {
 }
 
 func (pr *profiler) stop() {
-	if pr == nil || pr.f == nil {
+	if pr == nil || !pr.started {
+		return
+	}
+	pr.started = false
+	pr.writeAllocs("allocs")
+	if pr.f == nil {
 		return
 	}
 	pprof.StopCPUProfile()
 	pr.f.Close()
 	logf("  wrote %s", pr.f.Name())
 	pr.f = nil
+}
+
+// writeAllocs writes the allocation profile (every allocation since the
+// process started, sampled) to PREFIX.<scenario>.<suffix>.pprof.
+func (pr *profiler) writeAllocs(suffix string) {
+	if pr.allocs == "" {
+		return
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%s.%s.pprof", pr.allocs, pr.scenario, suffix))
+	if err != nil {
+		logf("allocprofile: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		logf("allocprofile: %v", err)
+	}
+	logf("  wrote %s", f.Name())
 }
 
 func (pr *profiler) heap() {
