@@ -342,33 +342,29 @@ func (pr *profiler) stop() {
 // writeAllocs writes the allocation profile (every allocation since the
 // process started, sampled) to PREFIX.<scenario>.<suffix>.pprof.
 func (pr *profiler) writeAllocs(suffix string) {
-	if pr.allocs == "" {
-		return
+	if pr.allocs != "" {
+		writeProfile("allocs", fmt.Sprintf("%s.%s.%s.pprof", pr.allocs, pr.scenario, suffix))
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%s.%s.pprof", pr.allocs, pr.scenario, suffix))
-	if err != nil {
-		logf("allocprofile: %v", err)
-		return
-	}
-	defer f.Close()
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		logf("allocprofile: %v", err)
-	}
-	logf("  wrote %s", f.Name())
 }
 
+// heap writes the heap profile to PREFIX.<scenario>.heap.pprof.
 func (pr *profiler) heap() {
-	if pr == nil || pr.mem == "" {
-		return
+	if pr != nil && pr.mem != "" {
+		writeProfile("heap", fmt.Sprintf("%s.%s.heap.pprof", pr.mem, pr.scenario))
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%s.heap.pprof", pr.mem, pr.scenario))
+}
+
+// writeProfile writes the runtime profile name to path; errors are logged.
+func writeProfile(name, path string) {
+	f, err := os.Create(path)
 	if err != nil {
-		logf("memprofile: %v", err)
+		logf("%s profile: %v", name, err)
 		return
 	}
 	defer f.Close()
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		logf("memprofile: %v", err)
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		logf("%s profile: %v", name, err)
+		return
 	}
-	logf("  wrote %s", f.Name())
+	logf("  wrote %s", path)
 }
