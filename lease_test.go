@@ -21,11 +21,21 @@ type fakeBackend struct {
 	sent   []time.Time
 	block  chan struct{} // if set, keepAlive waits for it before answering
 	nextID uint64
+	hang   bool // propose never answers: it returns when ctx ends
+	hung   int  // proposals hanging now
 }
 
 func (f *fakeBackend) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.hang {
+		f.hung++
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		f.hung--
+		return nil, ctx.Err()
+	}
 	f.nextID++
 	return &lockpb.Response{Code: lockpb.Code_CODE_OK, Session: 100 + f.nextID, Token: f.nextID}, nil
 }
@@ -132,6 +142,36 @@ func TestLeaseEndsAtSendTimePlusTTLMinusMargin(t *testing.T) {
 	s.renewed(clk.Now())
 	if !errors.Is(s.Err(), ErrSessionExpired) || s.Deadline().After(lastAck.Add(2700*time.Millisecond)) {
 		t.Fatal("a late acknowledgement resurrected the session")
+	}
+}
+
+// A call in flight when the session ends locally returns the end cause
+// at once, whatever its own context: here an Acquire without a deadline
+// whose request is never answered, when the lease runs out.
+func TestSessionEndCancelsCallsInFlight(t *testing.T) {
+	be, clk, s := newLeaseHarness(t, false)
+	be.mu.Lock()
+	be.hang = true
+	be.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), "x")
+		errc <- err
+	}()
+	eventually(t, "the acquire in flight", func() bool {
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		return be.hung == 1
+	})
+	settle(t, clk, 2)
+	clk.Advance(3 * time.Second) // past TTL - margin, no heartbeat acknowledged
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("Acquire in flight when the lease ran out: %v, want ErrSessionExpired", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an Acquire in flight outlived its session")
 	}
 }
 

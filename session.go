@@ -47,13 +47,12 @@ type Session struct {
 	ttl   time.Duration
 	names int // MaxNameBytes
 
-	ctx    context.Context // cancelled with the end cause when the session ends
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	done chan struct{}
 
 	mu         sync.Mutex
 	seq        uint64
 	inflight   map[uint64]struct{}
+	calls      map[uint64]context.CancelFunc // seq -> its call's cancel; end cancels them
 	deadline   time.Time
 	timer      clock.Timer
 	ended      bool
@@ -113,10 +112,10 @@ func openSession(ctx context.Context, be backend, hb *heartbeater, clk clock.Clo
 		names:    maxName,
 		done:     make(chan struct{}),
 		inflight: make(map[uint64]struct{}),
+		calls:    make(map[uint64]context.CancelFunc),
 		locks:    make(map[string]*Lock),
 		nextSend: sent.Add(ttl / 3),
 	}
-	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.mu.Lock()
 	s.deadline = sent.Add(ttl - leaseMargin(ttl))
 	s.armLocked()
@@ -215,10 +214,17 @@ func (s *Session) end(cause error, closeRemote bool) {
 		locks = append(locks, l)
 	}
 	clear(s.locks)
+	calls := make([]context.CancelFunc, 0, len(s.calls))
+	for _, cancel := range s.calls {
+		calls = append(calls, cancel)
+	}
+	clear(s.calls)
 	s.mu.Unlock()
 
 	close(s.done)
-	s.cancel(cause)
+	for _, cancel := range calls {
+		cancel()
+	}
 	for _, l := range locks {
 		l.markLost()
 	}
@@ -257,11 +263,26 @@ func (s *Session) finish(seq uint64) {
 
 // call sends req to the leader, re-sending the same (session, seq) across
 // leader changes, until an answer, ctx's end, or the session's end.
+//
+// The session's end cancels the call through s.calls, which end walks: a
+// context.AfterFunc on a session context per call cost an allocation and a
+// registration under that context's lock for every request.
 func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
-	defer stop()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	seq := req.GetSeq()
+	s.mu.Lock()
+	if s.ended {
+		cancel()
+	} else {
+		s.calls[seq] = cancel
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.calls, seq)
+		s.mu.Unlock()
+	}()
 	resp, err := s.be.propose(cctx, req)
 	if err != nil {
 		if cause := s.Err(); cause != nil {

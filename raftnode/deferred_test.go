@@ -157,3 +157,66 @@ func TestProposeDeferredStaleEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestProposeAsync: an entry handed to ProposeAsync on the leader is
+// applied everywhere and never refused; a deferred one is held like
+// ProposeDeferred's until the next proposal, which it precedes; on a
+// follower the entry is refused with ErrNotLeader through Refused, and
+// never applied.
+func TestProposeAsync(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.settledLeader()
+	f := c.others(lead)[0]
+	node := c.nodes[lead]
+
+	refusals := make(chan error, 4)
+	refused := func(err error) { refusals <- err }
+	ctx := testCtx(t)
+
+	if err := node.ProposeAsync(ctx, AsyncProposal{Data: []byte("a1"), Refused: refused}); err != nil {
+		t.Fatalf("ProposeAsync on the leader: %v", err)
+	}
+	c.waitApplied("a1", c.ids...)
+
+	if err := node.ProposeAsync(ctx, AsyncProposal{Data: []byte("d1"), Deferred: true, Epoch: node.DeferEpoch(), Refused: refused}); err != nil {
+		t.Fatalf("deferred ProposeAsync on the leader: %v", err)
+	}
+	c.waitFor("the loop to take d1", func() bool { return len(node.propc) == 0 })
+	if _, err := node.ReadIndex(ctx); err != nil {
+		t.Fatalf("ReadIndex: %v", err)
+	}
+	if c.sms[lead].indexOf("d1") != 0 {
+		t.Fatal("a deferred d1 applied before any release")
+	}
+	c.propose(lead, "p1")
+	c.waitApplied("p1", c.ids...)
+	c.waitApplied("d1", c.ids...)
+	if i, j := c.sms[lead].indexOf("d1"), c.sms[lead].indexOf("p1"); i >= j {
+		t.Fatalf("d1 at index %d, p1 at %d: want d1 first", i, j)
+	}
+
+	if err := c.nodes[f].ProposeAsync(ctx, AsyncProposal{Data: []byte("f1"), Refused: refused}); err != nil {
+		t.Fatalf("ProposeAsync on follower %d: %v", f, err)
+	}
+	select {
+	case err := <-refusals:
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("follower %d refused f1 with %v, want ErrNotLeader", f, err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("follower %d never refused f1", f)
+	}
+	// A later entry through the leader is applied; f1 never is.
+	c.propose(lead, "p2")
+	c.waitApplied("p2", c.ids...)
+	for _, id := range c.ids {
+		if c.sms[id].indexOf("f1") != 0 {
+			t.Fatalf("f1, refused by follower %d, applied on %d", f, id)
+		}
+	}
+	select {
+	case err := <-refusals:
+		t.Fatalf("an extra refusal: %v", err)
+	default:
+	}
+}

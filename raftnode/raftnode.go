@@ -264,11 +264,12 @@ type snapResult struct {
 
 type proposal struct {
 	data     []byte
-	errc     chan error
-	transfer uint64 // non-zero: a leadership transfer request, not a proposal
-	resign   bool   // Resign: transfer to the best voter, answer on errc
-	deferred bool   // ProposeDeferred: may be held, see releaseHeld
-	epoch    uint64 // ProposeDeferred: DeferEpoch when the caller decided to defer
+	errc     chan error  // the answer (ProposeAsync: nil)
+	refused  func(error) // ProposeAsync: called if raft refuses the entry
+	transfer uint64      // non-zero: a leadership transfer request, not a proposal
+	resign   bool        // Resign: transfer to the best voter, answer on errc
+	deferred bool        // ProposeDeferred: may be held, see releaseHeld
+	epoch    uint64      // ProposeDeferred: DeferEpoch when the caller decided to defer
 }
 
 type readRequest struct {
@@ -486,14 +487,50 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	return n.submit(ctx, proposal{data: data, errc: make(chan error, 1)})
 }
 
-// submit hands p to the loop and waits for its answer on p.errc.
-func (n *Node) submit(ctx context.Context, p proposal) error {
+// AsyncProposal is an entry for ProposeAsync.
+type AsyncProposal struct {
+	// Data is the entry's payload.
+	Data []byte
+	// Deferred and Epoch: the entry may be held as ProposeDeferred holds
+	// it, with Epoch as its epoch argument.
+	Deferred bool
+	Epoch    uint64
+	// Refused, when set, is called if raft refuses the entry, with the
+	// error Propose would have returned (ErrNotLeader). It runs on the
+	// node's goroutine: it must not block or call into the node.
+	Refused func(error)
+}
+
+// ProposeAsync is Propose (or ProposeDeferred) without the wait for raft
+// to take the entry: it returns once the entry is in the node's queue, or
+// with ctx's error or ErrStopped if it could not be queued. What happens
+// next is reported by StateMachine.Apply when the entry commits, or by
+// p.Refused. An entry still queued or held when the node stops is neither
+// applied nor refused: a caller waiting for either also watches Done.
+//
+// Why: a caller that waits for the entry's apply anyway (the lock
+// service's requests) saves a channel and a wake-up of its goroutine per
+// request.
+func (n *Node) ProposeAsync(ctx context.Context, p AsyncProposal) error {
+	return n.enqueue(ctx, proposal{data: p.Data, deferred: p.Deferred, epoch: p.Epoch, refused: p.Refused})
+}
+
+// enqueue hands p to the loop.
+func (n *Node) enqueue(ctx context.Context, p proposal) error {
 	select {
 	case n.propc <- p:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.donec:
 		return ErrStopped
+	}
+}
+
+// submit hands p to the loop and waits for its answer on p.errc.
+func (n *Node) submit(ctx context.Context, p proposal) error {
+	if err := n.enqueue(ctx, p); err != nil {
+		return err
 	}
 	select {
 	case err := <-p.errc:
@@ -995,7 +1032,12 @@ func (n *Node) flushProposals() {
 		}
 	}
 	for i, p := range n.props {
-		p.errc <- err
+		switch {
+		case p.errc != nil:
+			p.errc <- err
+		case err != nil && p.refused != nil:
+			p.refused(err)
+		}
 		n.props[i] = proposal{}
 	}
 	n.props = n.props[:0]

@@ -32,20 +32,21 @@ type nopTransport struct{}
 
 func (nopTransport) Send([]*raftpb.Message) {}
 
-// slowDeferred is a real raftnode.Node whose ProposeDeferred first runs
-// before: the proposing goroutine is descheduled between the service's
-// decision to defer and the moment the proposal reaches the node's loop.
+// slowDeferred is a real raftnode.Node whose ProposeAsync of a deferred
+// entry first runs before: the proposing goroutine is descheduled between
+// the service's decision to defer and the moment the proposal reaches the
+// node's loop.
 type slowDeferred struct {
 	*raftnode.Node
 	before func()
 }
 
-func (r *slowDeferred) ProposeDeferred(ctx context.Context, data []byte, epoch uint64) error {
-	if f := r.before; f != nil {
+func (r *slowDeferred) ProposeAsync(ctx context.Context, p raftnode.AsyncProposal) error {
+	if f := r.before; f != nil && p.Deferred {
 		r.before = nil
 		f()
 	}
-	return r.Node.ProposeDeferred(ctx, data, epoch)
+	return r.Node.ProposeAsync(ctx, p)
 }
 
 // A blocking acquire of a lock another session holds is deferred; the

@@ -2,10 +2,12 @@ package service
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/raftnode"
 )
 
 // Propose serves every session command (open, acquire, release, withdraw,
@@ -116,12 +118,15 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	s.mu.Unlock()
 	defer s.unregister(key, reqc, cmd.Session, cmd.Name, grantc)
 
-	var err error
-	if deferred {
-		err = s.raft.ProposeDeferred(ctx, fsm.Encode(&cmd), epoch)
-	} else {
-		err = s.raft.Propose(ctx, fsm.Encode(&cmd))
-	}
+	// The answer comes on reqc: the entry's apply, leadership lost, or
+	// raft's refusal (refuse). An entry the node never took because it
+	// stopped is answered through Done.
+	err := s.raft.ProposeAsync(ctx, raftnode.AsyncProposal{
+		Data:     fsm.Encode(&cmd),
+		Deferred: deferred,
+		Epoch:    epoch,
+		Refused:  func(error) { s.refuse(key, reqc) },
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -133,6 +138,8 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	case o = <-reqc:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-s.raft.Done():
+		return s.notLeader(), nil
 	}
 	if o.notLeader {
 		return s.notLeader(), nil
@@ -148,6 +155,24 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		}
 	}
 	return response(o.res), nil
+}
+
+// refuse answers reqc NOT_LEADER, if it still waits for the request key:
+// raft refused the request's entry (not the leader, a leadership transfer
+// under way, too much uncommitted). It runs on raft's goroutine.
+func (s *Service) refuse(key reqKey, reqc chan outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.requests[key]
+	if !slices.Contains(cs, reqc) {
+		return // answered already (an earlier copy of the request applied)
+	}
+	s.requests[key] = slicesDelete(cs, reqc)
+	if len(s.requests[key]) == 0 {
+		delete(s.requests, key)
+		delete(s.deferred, key)
+	}
+	reqc <- outcome{notLeader: true}
 }
 
 // unregister drops waiters that were not answered.

@@ -31,11 +31,16 @@ import (
 // Raft is what the service needs from the replica's raft node.
 type Raft interface {
 	Propose(ctx context.Context, data []byte) error
-	// ProposeDeferred is Propose for an entry that may be held until the
-	// next Propose, ReleaseDeferred or tick, keeping arrival order; it is
-	// not held if ReleaseDeferred was called since DeferEpoch returned
-	// epoch (raftnode.Node.ProposeDeferred).
-	ProposeDeferred(ctx context.Context, data []byte, epoch uint64) error
+	// ProposeAsync queues an entry without waiting for raft to take it;
+	// a refusal is reported through p.Refused, an entry never taken
+	// because the node stopped through Done (raftnode.Node.ProposeAsync).
+	// With p.Deferred the entry may be held until the next proposal,
+	// ReleaseDeferred or tick, keeping arrival order; it is not held if
+	// ReleaseDeferred was called since DeferEpoch returned p.Epoch
+	// (raftnode.Node.ProposeDeferred).
+	ProposeAsync(ctx context.Context, p raftnode.AsyncProposal) error
+	// Done is closed when the node has stopped.
+	Done() <-chan struct{}
 	// DeferEpoch counts ReleaseDeferred calls (raftnode.Node.DeferEpoch).
 	DeferEpoch() uint64
 	// ReleaseDeferred proposes the held entries soon; it never blocks and is

@@ -31,10 +31,14 @@ type fakeRaft struct {
 	leader  uint64
 	changed chan struct{} // closed and replaced by setLeader
 
-	deferredCalls int      // ProposeDeferred calls
-	holdDeferred  bool     // ProposeDeferred keeps the entry in heldDeferred
+	deferredCalls int      // deferred ProposeAsync calls
+	holdDeferred  bool     // a deferred ProposeAsync keeps the entry in heldDeferred
 	heldDeferred  [][]byte // until proposeHeld
 	releases      int      // ReleaseDeferred calls
+
+	refuse bool          // ProposeAsync: raft refuses every entry (not the leader)
+	drop   bool          // ProposeAsync: the entry stays queued in a stopping node
+	done   chan struct{} // Done (nil: never stops)
 }
 
 // setLeader changes the leader Status reports and signals LeaderChanged,
@@ -71,19 +75,35 @@ func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
 	return nil
 }
 
-// ProposeDeferred counts the call; unless holdDeferred is set the entry
-// is proposed at once, as raftnode may do.
-func (f *fakeRaft) ProposeDeferred(ctx context.Context, data []byte, _ uint64) error {
+// ProposeAsync proposes p.Data as Propose does. A deferred entry is
+// counted and, with holdDeferred set, kept in heldDeferred until
+// proposeHeld, as raftnode may hold it.
+func (f *fakeRaft) ProposeAsync(ctx context.Context, p raftnode.AsyncProposal) error {
 	f.mu.Lock()
-	f.deferredCalls++
-	if f.holdDeferred {
-		f.heldDeferred = append(f.heldDeferred, data)
-		f.mu.Unlock()
+	refuse, drop := f.refuse, f.drop
+	f.mu.Unlock()
+	switch {
+	case refuse:
+		// As raftnode does: later, on the node's goroutine.
+		go p.Refused(raftnode.ErrNotLeader)
+		return nil
+	case drop:
 		return nil
 	}
-	f.mu.Unlock()
-	return f.Propose(ctx, data)
+	if p.Deferred {
+		f.mu.Lock()
+		f.deferredCalls++
+		if f.holdDeferred {
+			f.heldDeferred = append(f.heldDeferred, p.Data)
+			f.mu.Unlock()
+			return nil
+		}
+		f.mu.Unlock()
+	}
+	return f.Propose(ctx, p.Data)
 }
+
+func (f *fakeRaft) Done() <-chan struct{} { return f.done }
 
 func (f *fakeRaft) DeferEpoch() uint64 {
 	f.mu.Lock()
@@ -97,7 +117,7 @@ func (f *fakeRaft) ReleaseDeferred() {
 	f.releases++
 }
 
-// proposeHeld proposes the entries ProposeDeferred held.
+// proposeHeld proposes the deferred entries held.
 func (f *fakeRaft) proposeHeld() {
 	f.mu.Lock()
 	held := f.heldDeferred
@@ -204,6 +224,54 @@ func (h *harness) heartbeat(id uint64) (alive, gone bool, code lockpb.Code) {
 func (h *harness) live(id uint64) bool {
 	_, ok := h.svc.SessionTTL(id)
 	return ok
+}
+
+// An entry raft refuses (this replica stopped leading, a transfer is
+// under way) is answered NOT_LEADER at once, so the client moves on to
+// the leader, and its waiter is dropped.
+func TestRefusedEntryAnswersNotLeader(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Minute)
+	h.raf.mu.Lock()
+	h.raf.refuse = true
+	h.raf.mu.Unlock()
+	for seq, op := range []lockpb.Op{lockpb.Op_OP_ACQUIRE, lockpb.Op_OP_RELEASE} {
+		r := h.propose(&lockpb.Request{Op: op, Session: id, Seq: uint64(seq + 1), Name: "a"})
+		if r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+			t.Fatalf("%v of a refused entry: %v, want NOT_LEADER", op, r)
+		}
+	}
+	h.svc.mu.Lock()
+	defer h.svc.mu.Unlock()
+	if len(h.svc.requests) != 0 || len(h.svc.grants) != 0 {
+		t.Fatalf("waiters left behind: %d requests, %d sessions with grant waiters", len(h.svc.requests), len(h.svc.grants))
+	}
+}
+
+// An entry still queued when the raft node stops is never applied nor
+// refused: its request is answered NOT_LEADER when the node is done.
+func TestStoppedNodeAnswersQueuedRequest(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Minute)
+	h.raf.mu.Lock()
+	h.raf.drop = true
+	h.raf.done = make(chan struct{})
+	h.raf.mu.Unlock()
+	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
+	select {
+	case r := <-got:
+		t.Fatalf("answered before the node stopped: %v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(h.raf.done)
+	select {
+	case r := <-got:
+		if r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+			t.Fatalf("after the node stopped: %v, want NOT_LEADER", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request queued in a stopped node was never answered")
+	}
 }
 
 // Invariant 4: without a leadership confirmation after its arrival, a
