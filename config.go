@@ -110,6 +110,13 @@ type Config struct {
 	// 10,000.
 	SnapshotEntries uint64
 
+	// The table limits below are the leader's: it stamps them on every
+	// request it proposes and every replica applies the request under
+	// them, so replicas configured differently (during a rolling change of
+	// a limit) still hold the same table. A changed limit takes effect
+	// once a replica configured with it leads. A replica that does not
+	// lead also checks MaxNameBytes on the requests of its own sessions.
+
 	// MaxNameBytes bounds lock names. The default is 256.
 	MaxNameBytes int
 	// MaxSessions bounds live sessions in the cluster. The default is

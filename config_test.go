@@ -159,3 +159,44 @@ func TestFence(t *testing.T) {
 		t.Fatal("Highest wrong")
 	}
 }
+
+// Replicas configured with different table limits (a rolling change of a
+// limit, one host's typo) still apply the log to the same table: the
+// leader stamps its limits on every command it proposes (invariant 11).
+// Replica 3 allows one lock per session; whichever replica leads, every
+// replica must then agree on the holder of a session's second lock, before
+// and after leadership moves.
+func TestPerReplicaLimitsAgree(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 30 * time.Second,
+		Configure: func(cfg *quorumlock.Config) {
+			if cfg.ID == 3 {
+				cfg.MaxLocksPerSession = 1
+			}
+		}})
+	lead := c.WaitLeader(10 * time.Second)
+	s := newSession(t, c.Node(lead))
+	mustAcquire(t, s, "a")
+	_, errB := s.TryAcquire(testCtx(t, 10*time.Second), "b")
+	wantLimit := lead == 3
+	if gotLimit := errors.Is(errB, quorumlock.ErrLimit); gotLimit != wantLimit || (errB != nil && !gotLimit) {
+		t.Fatalf("leader %d: TryAcquire(b) by a session holding one lock: %v", lead, errB)
+	}
+	agree := func(when string) {
+		t.Helper()
+		var first quorumlock.LockInfo
+		for i, id := range c.IDs() {
+			info := holder(t, c.Node(id), "b")
+			if i == 0 {
+				first = info
+			} else if info.Holder != first.Holder || info.Token != first.Token {
+				t.Fatalf("%s: replica %d has b held by session %d (token %d), replica %d by %d (token %d)",
+					when, c.IDs()[0], first.Holder, first.Token, id, info.Holder, info.Token)
+			}
+		}
+	}
+	agree("after the same log")
+	c.Close(lead)
+	c.Restart(lead)
+	c.WaitLeader(10 * time.Second)
+	agree("after a leader change")
+}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math"
 	"slices"
 )
 
@@ -95,7 +96,7 @@ func (m *Machine) openSession(index uint64, cmd *Command) Result {
 	if cmd.TTL < m.lim.MinTTL || cmd.TTL > m.lim.MaxTTL {
 		return Result{Code: CodeInvalid}
 	}
-	if len(m.sessions) >= m.lim.MaxSessions {
+	if len(m.sessions) >= stampedLimit(cmd.Limits.MaxSessions, m.lim.MaxSessions) {
 		return Result{Code: CodeLimit}
 	}
 	// Session IDs are indexes, and Apply only accepts indexes above every
@@ -187,12 +188,13 @@ func (m *Machine) replay(id uint64, s *session, o *outcome) Result {
 
 func (m *Machine) acquire(index, id uint64, s *session, cmd *Command) Result {
 	name, try := cmd.Name, cmd.Try
-	if !ValidKey(name, m.lim.MaxNameBytes) || len(cmd.Value) > m.lim.MaxValueBytes {
+	maxLocks := stampedLimit(cmd.Limits.MaxLocksPerSession, m.lim.MaxLocksPerSession)
+	if !ValidKey(name, stampedLimit(cmd.Limits.MaxNameBytes, m.lim.MaxNameBytes)) || len(cmd.Value) > m.lim.MaxValueBytes {
 		return Result{Code: CodeInvalid}
 	}
 	l, held := m.locks.lookup(name)
 	if !held {
-		if s.names.len() >= m.lim.MaxLocksPerSession {
+		if s.names.len() >= maxLocks {
 			return Result{Code: CodeLimit}
 		}
 		m.locks.set(name, lock{holder: id, token: index})
@@ -214,7 +216,7 @@ func (m *Machine) acquire(index, id uint64, s *session, cmd *Command) Result {
 		return Result{Code: CodeLocked}
 	}
 	q := m.queues[name]
-	if len(q) >= m.lim.MaxWaitersPerLock || s.names.len() >= m.lim.MaxLocksPerSession {
+	if len(q) >= stampedLimit(cmd.Limits.MaxWaitersPerLock, m.lim.MaxWaitersPerLock) || s.names.len() >= maxLocks {
 		return Result{Code: CodeLimit}
 	}
 	m.queues[name] = append(q, id)
@@ -362,4 +364,17 @@ func (m *Machine) endSessions(index uint64, ids []uint64) []Event {
 		ev = append(ev, Event{Kind: EventSessionEnded, Session: id})
 	}
 	return ev
+}
+
+// stampedLimit is the limit a command applies under: the one its leader
+// stamped (Command.Limits), or the machine's own (own) for a command
+// written without it. A stamp beyond the int range saturates.
+func stampedLimit(stamp uint64, own int) int {
+	switch {
+	case stamp == 0:
+		return own
+	case stamp > math.MaxInt32:
+		return math.MaxInt32
+	}
+	return int(stamp)
 }

@@ -10,8 +10,12 @@ import (
 // byte offset) by Decode for data that is not a command written by Encode.
 var ErrCorrupt = errors.New("quorumlock: corrupt command")
 
-// formatV1 is the first byte of every encoded command.
-const formatV1 byte = 1
+// formatV1 is the first byte of an encoded command without stamped limits,
+// formatV2 of one with them.
+const (
+	formatV1 byte = 1
+	formatV2 byte = 2
+)
 
 // The encoding, version 1. A uvarint is encoding/binary's, in its shortest
 // form; a varint is its zig-zag signed form; a string is a uvarint length
@@ -29,6 +33,15 @@ const formatV1 byte = 1
 //	OpCloseSession  uvarint Session, Seq, Done
 //	OpExpire        uvarint Term; uvarint count; count x uvarint ID
 //	OpRevoke        uvarint Nonce; uvarint count; count x uvarint ID
+//
+// Version 2 is version 1 followed by the stamped limits (Command.Limits)
+// an Op checks, each a uvarint (0: the machine's own limit), with at least
+// one of them non-zero; only OpOpenSession and OpAcquire have them:
+//
+//	OpOpenSession   uvarint MaxSessions
+//	OpAcquire       uvarint MaxNameBytes, MaxLocksPerSession, MaxWaitersPerLock
+//
+// A command whose stamped limits are all zero is written as version 1.
 //
 // Fields that do not matter for the Op are not written. Every Command value
 // has exactly one encoding, so Encode(Decode(data)) == data for all data that
@@ -59,7 +72,14 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 	if cmd == nil {
 		return append(b, formatV1, 0)
 	}
-	b = append(b, formatV1, byte(cmd.Op))
+	stamped := stampedFields(cmd)
+	version := formatV1
+	for _, v := range stamped {
+		if v != 0 {
+			version = formatV2
+		}
+	}
+	b = append(b, version, byte(cmd.Op))
 	switch cmd.Op {
 	case OpOpenSession:
 		b = binary.AppendVarint(b, cmd.TTL)
@@ -100,7 +120,24 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		b = binary.AppendUvarint(b, cmd.Nonce)
 		b = appendIDs(b, cmd.IDs)
 	}
+	if version == formatV2 {
+		for _, v := range stamped {
+			b = binary.AppendUvarint(b, v)
+		}
+	}
 	return b
+}
+
+// stampedFields returns the stamped limits cmd.Op checks, in encoding
+// order (nil for an Op that checks none).
+func stampedFields(cmd *Command) []uint64 {
+	switch cmd.Op {
+	case OpOpenSession:
+		return []uint64{cmd.Limits.MaxSessions}
+	case OpAcquire:
+		return []uint64{cmd.Limits.MaxNameBytes, cmd.Limits.MaxLocksPerSession, cmd.Limits.MaxWaitersPerLock}
+	}
+	return nil
 }
 
 func appendIDs(b []byte, ids []uint64) []byte {
@@ -138,8 +175,9 @@ func Decode(data []byte, cmd *Command) error {
 	}
 	*cmd = Command{}
 	d := decoder{data: data}
-	if v := d.byte("version"); d.err == nil && v != formatV1 {
-		d.failAt(0, "unknown format version %d", v)
+	version := d.byte("version")
+	if d.err == nil && version != formatV1 && version != formatV2 {
+		d.failAt(0, "unknown format version %d", version)
 	}
 	op := Op(d.byte("op"))
 	if d.err == nil {
@@ -185,6 +223,9 @@ func Decode(data []byte, cmd *Command) error {
 			cmd.IDs = d.ids()
 		default:
 			d.failAt(1, "unknown op %d", op)
+		}
+		if version == formatV2 {
+			d.stamped(cmd)
 		}
 	}
 	if d.err == nil && d.off != len(d.data) {
@@ -257,6 +298,31 @@ func (d *decoder) varint(field string) int64 {
 		v = ^v
 	}
 	return v
+}
+
+// stamped reads a version 2 command's stamped limits.
+func (d *decoder) stamped(cmd *Command) {
+	at := d.off
+	var any bool
+	read := func(field string) uint64 {
+		v := d.uvarint(field)
+		any = any || v != 0
+		return v
+	}
+	switch cmd.Op {
+	case OpOpenSession:
+		cmd.Limits.MaxSessions = read("max sessions")
+	case OpAcquire:
+		cmd.Limits.MaxNameBytes = read("max name bytes")
+		cmd.Limits.MaxLocksPerSession = read("max locks per session")
+		cmd.Limits.MaxWaitersPerLock = read("max waiters per lock")
+	default:
+		d.failAt(0, "format version 2 for op %d, which has no stamped limits", cmd.Op)
+		return
+	}
+	if d.err == nil && !any {
+		d.failAt(at, "format version 2 with no stamped limit")
+	}
 }
 
 func (d *decoder) sessionSeq(cmd *Command) {

@@ -30,10 +30,24 @@ func sampleCommands() []Command {
 	}
 }
 
+// stampedCommands have stamped limits (format version 2).
+func stampedCommands() []Command {
+	return []Command{
+		{Op: OpOpenSession, TTL: 10e9, Nonce: 42, Limits: Stamped{MaxSessions: 1_000_000}},
+		{Op: OpAcquire, Session: 1, Seq: 1, Name: "a", Limits: Stamped{MaxNameBytes: 256, MaxLocksPerSession: 10_000, MaxWaitersPerLock: 10_000}},
+		{Op: OpAcquire, Session: 1, Seq: 2, Name: "b", Try: true, Value: []byte("v"), Limits: Stamped{MaxLocksPerSession: 1}},
+		{Op: OpAcquire, Session: 1, Seq: 3, Name: "c", Limits: Stamped{MaxNameBytes: math.MaxUint64}},
+	}
+}
+
 func TestEncodeDecodeRoundTrip(t *testing.T) {
-	for _, cmd := range sampleCommands() {
+	for i, cmd := range append(sampleCommands(), stampedCommands()...) {
 		data := Encode(&cmd)
-		if data[0] != formatV1 || Op(data[1]) != cmd.Op {
+		version := formatV1
+		if i >= len(sampleCommands()) {
+			version = formatV2
+		}
+		if data[0] != version || Op(data[1]) != cmd.Op {
 			t.Errorf("%+v: encoding starts %x", cmd, data[:2])
 		}
 		var got Command
@@ -60,10 +74,27 @@ func TestEncodeOnlyOpFields(t *testing.T) {
 	if want := (Command{Op: OpCloseSession, Session: 1, Seq: 2, Done: 1}); !equalCommand(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
+	// Limits an op does not check are not stamped: a release with limits
+	// set is written as version 1, and an open session keeps only
+	// MaxSessions.
+	all := Stamped{MaxNameBytes: 1, MaxSessions: 2, MaxLocksPerSession: 3, MaxWaitersPerLock: 4}
+	rel := Command{Op: OpRelease, Session: 1, Seq: 2, Name: "x", Token: 3, Limits: all}
+	if data := Encode(&rel); data[0] != formatV1 {
+		t.Errorf("a release with limits set is written as version %d", data[0])
+	}
+	open := Command{Op: OpOpenSession, TTL: 1, Nonce: 1, Limits: all}
+	if err := Decode(Encode(&open), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (Stamped{MaxSessions: 2}); got.Limits != want {
+		t.Errorf("open session decoded with limits %+v, want %+v", got.Limits, want)
+	}
 }
 
 func TestDecodeRejects(t *testing.T) {
 	acquire := Encode(&Command{Op: OpAcquire, Session: 1, Seq: 1, Name: "ab"})
+	stamped := Encode(&Command{Op: OpAcquire, Session: 1, Seq: 1, Name: "ab", Limits: Stamped{MaxLocksPerSession: 5}})
+	release := Encode(&Command{Op: OpRelease, Session: 1, Seq: 1, Name: "ab", Token: 1})
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -71,7 +102,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"nil", nil},
 		{"empty", []byte{}},
 		{"version 0", []byte{0, byte(OpAcquire)}},
-		{"version 2", append([]byte{2}, acquire[1:]...)},
+		{"version 2 without limits", append([]byte{formatV2}, acquire[1:]...)},
+		{"version 2, limits all zero", append(append([]byte{formatV2}, acquire[1:]...), 0, 0, 0)},
+		{"version 2, truncated limits", stamped[:len(stamped)-1]},
+		{"version 2, trailing byte", append(bytes.Clone(stamped), 0)},
+		{"version 2 for a release", append(append([]byte{formatV2}, release[1:]...), 1)},
+		{"version 3", append([]byte{3}, acquire[1:]...)},
 		{"no op", []byte{formatV1}},
 		{"op 0", []byte{formatV1, 0}},
 		{"op 7", []byte{formatV1, 7}},
@@ -124,7 +160,7 @@ func TestDecodeCopies(t *testing.T) {
 // FuzzDecode checks that Decode never panics, and that what it accepts is
 // the unique encoding of the command it returns.
 func FuzzDecode(f *testing.F) {
-	for _, cmd := range sampleCommands() {
+	for _, cmd := range append(sampleCommands(), stampedCommands()...) {
 		f.Add(Encode(&cmd))
 	}
 	f.Add([]byte{})

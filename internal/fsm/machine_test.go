@@ -169,3 +169,54 @@ func TestUncontendedApplyAllocs(t *testing.T) {
 		t.Errorf("%.1f allocations per acquire and release", allocs)
 	}
 }
+
+// TestStampedLimitsDecide: replicas configured with different limits apply
+// the same log to the same table when the commands carry their leader's
+// limits (Command.Limits; invariant 11). Each stamped limit is checked: a
+// lower one refuses, a higher one admits, whatever the machine's own.
+func TestStampedLimitsDecide(t *testing.T) {
+	low := Limits{MaxNameBytes: 2, MaxSessions: 1, MaxLocksPerSession: 1, MaxWaitersPerLock: 1}
+	high := Limits{MaxNameBytes: 300, MaxSessions: 100, MaxLocksPerSession: 100, MaxWaitersPerLock: 100}
+	lim := Stamped{MaxNameBytes: 4, MaxSessions: 3, MaxLocksPerSession: 2, MaxWaitersPerLock: 1}
+	log := []struct {
+		cmd  Command
+		want Code
+	}{
+		{Command{Op: OpOpenSession, TTL: 10e9, Limits: lim}, CodeOK},                          // session 1
+		{Command{Op: OpOpenSession, TTL: 10e9, Limits: lim}, CodeOK},                          // session 2
+		{Command{Op: OpOpenSession, TTL: 10e9, Limits: lim}, CodeOK},                          // session 3
+		{Command{Op: OpOpenSession, TTL: 10e9, Limits: lim}, CodeLimit},                       // MaxSessions 3
+		{Command{Op: OpAcquire, Session: 1, Seq: 1, Name: "abcd", Limits: lim}, CodeOK},       // MaxNameBytes 4
+		{Command{Op: OpAcquire, Session: 1, Seq: 2, Name: "abcde", Limits: lim}, CodeInvalid}, // over it
+		{Command{Op: OpAcquire, Session: 1, Seq: 3, Name: "b", Limits: lim}, CodeOK},          // second lock
+		{Command{Op: OpAcquire, Session: 1, Seq: 4, Name: "c", Limits: lim}, CodeLimit},       // MaxLocksPerSession 2
+		{Command{Op: OpAcquire, Session: 2, Seq: 1, Name: "b", Limits: lim}, CodeQueued},      // first waiter
+		{Command{Op: OpAcquire, Session: 3, Seq: 1, Name: "b", Limits: lim}, CodeLimit},       // MaxWaitersPerLock 1
+		{Command{Op: OpAcquire, Session: 3, Seq: 2, Name: "abcd", Limits: lim}, CodeQueued},   // another lock's queue
+	}
+	var dumps []string
+	for _, own := range []Limits{low, high} {
+		m := New(own)
+		for i, e := range log {
+			cmd := e.cmd
+			if res, _ := m.Apply(uint64(i+1), 1, &cmd); res.Code != e.want {
+				t.Fatalf("own limits %+v, entry %d %+v: code %d, want %d", own, i+1, e.cmd, res.Code, e.want)
+			}
+		}
+		dumps = append(dumps, dump(m))
+	}
+	if dumps[0] != dumps[1] {
+		t.Fatalf("the same log gave different tables:\n%s\n%s", dumps[0], dumps[1])
+	}
+
+	// A command without stamps (written before limits were stamped) is
+	// checked against the machine's own limits.
+	m := New(low)
+	m.Apply(1, 1, &Command{Op: OpOpenSession, TTL: 10e9})
+	if res, _ := m.Apply(2, 1, &Command{Op: OpOpenSession, TTL: 10e9}); res.Code != CodeLimit {
+		t.Fatalf("an unstamped open over the machine's MaxSessions 1: code %d", res.Code)
+	}
+	if res, _ := m.Apply(3, 1, &Command{Op: OpAcquire, Session: 1, Seq: 1, Name: "abc"}); res.Code != CodeInvalid {
+		t.Fatalf("an unstamped acquire over the machine's MaxNameBytes 2: code %d", res.Code)
+	}
+}

@@ -86,6 +86,21 @@ type Command struct {
 	// acquire has not been applied yet, its outcome is recorded as
 	// CodeWithdrawn so that it takes no effect when it arrives later.
 	Target uint64
+	// Limits are the proposing leader's configured limits, stamped on the
+	// command so that every replica applies it under the same ones: limits
+	// configured per replica (a rolling change, one host's typo) would
+	// otherwise make the same log give different lock tables (invariant
+	// 11), and two holders of a lock once another replica leads. Only the
+	// fields an Op checks are encoded: MaxSessions for OpOpenSession;
+	// MaxNameBytes, MaxLocksPerSession and MaxWaitersPerLock for OpAcquire.
+	// A zero field (a command written before limits were stamped) means
+	// the machine's own limit.
+	Limits Stamped
+}
+
+// Stamped are the limits a leader stamps on a command (Command.Limits).
+type Stamped struct {
+	MaxNameBytes, MaxSessions, MaxLocksPerSession, MaxWaitersPerLock uint64
 }
 
 // Code is the outcome class of a command.

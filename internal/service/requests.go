@@ -45,8 +45,16 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	case lockpb.Op_OP_OPEN_SESSION:
 		cmd.Op = fsm.OpOpenSession
 		cmd.TTL = int64(time.Duration(req.GetTtlMs()) * time.Millisecond)
+		// Every replica applies it under this leader's limits (see
+		// fsm.Command.Limits).
+		cmd.Limits.MaxSessions = uint64(s.lim.MaxSessions)
 	case lockpb.Op_OP_ACQUIRE:
 		cmd.Op = fsm.OpAcquire
+		cmd.Limits = fsm.Stamped{
+			MaxNameBytes:       uint64(s.lim.MaxNameBytes),
+			MaxLocksPerSession: uint64(s.lim.MaxLocksPerSession),
+			MaxWaitersPerLock:  uint64(s.lim.MaxWaitersPerLock),
+		}
 		waitGrant = !req.GetTry() && !req.GetNoWait()
 	case lockpb.Op_OP_RELEASE:
 		cmd.Op = fsm.OpRelease
