@@ -23,10 +23,16 @@ type fakeBackend struct {
 	nextID uint64
 	hang   bool // propose never answers: it returns when ctx ends
 	hung   int  // proposals hanging now
+	// handle, if set, answers every proposal (called without f.mu held).
+	handle func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error)
 }
 
 func (f *fakeBackend) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	f.mu.Lock()
+	if h := f.handle; h != nil {
+		f.mu.Unlock()
+		return h(ctx, req)
+	}
 	defer f.mu.Unlock()
 	if f.hang {
 		f.hung++

@@ -64,7 +64,9 @@ func (l *Lock) markLost() {
 // invariant 7): a late or repeated release never frees a newer grant.
 // Lost closes in every case but the ctx one.
 //
-// Errors: ErrNotHeld (the grant is no longer current), ErrSessionExpired,
+// Errors: ErrNotHeld (the grant is no longer current), ErrLimit (refused:
+// the session has too many requests pending on the cluster; the lock is
+// still held), ErrSessionExpired,
 // ErrClosed, ErrUnknownOutcome wrapping ctx's error when ctx ended before
 // the answer (the release may or may not have happened; calling Release
 // again settles it).
@@ -81,6 +83,10 @@ func (l *Lock) Release(ctx context.Context) error {
 			return fmt.Errorf("%w: releasing %q: %w", ErrUnknownOutcome, l.name, err)
 		}
 		return err
+	}
+	if resp.GetCode() == lockpb.Code_CODE_LIMIT {
+		// Refused, nothing changed: the lock is still held.
+		return fmt.Errorf("%w: releasing %q: too many requests of this session pending", ErrLimit, l.name)
 	}
 	s.dropLock(l)
 	l.markLost()

@@ -53,6 +53,7 @@ type Session struct {
 	seq        uint64
 	inflight   map[uint64]struct{}
 	calls      map[uint64]context.CancelFunc // seq -> its call's cancel; end cancels them
+	acquiring  map[string]*acquireCalls      // acquire calls in flight, by name
 	deadline   time.Time
 	timer      clock.Timer
 	ended      bool
@@ -104,17 +105,18 @@ func openSession(ctx context.Context, be backend, hb *heartbeater, clk clock.Clo
 		return nil, fmt.Errorf("quorumlock: open session: %s", resp.GetCode())
 	}
 	s := &Session{
-		be:       be,
-		hb:       hb,
-		clk:      clk,
-		id:       resp.GetSession(),
-		ttl:      ttl,
-		names:    maxName,
-		done:     make(chan struct{}),
-		inflight: make(map[uint64]struct{}),
-		calls:    make(map[uint64]context.CancelFunc),
-		locks:    make(map[string]*Lock),
-		nextSend: sent.Add(ttl / 3),
+		be:        be,
+		hb:        hb,
+		clk:       clk,
+		id:        resp.GetSession(),
+		ttl:       ttl,
+		names:     maxName,
+		done:      make(chan struct{}),
+		inflight:  make(map[uint64]struct{}),
+		calls:     make(map[uint64]context.CancelFunc),
+		acquiring: make(map[string]*acquireCalls),
+		locks:     make(map[string]*Lock),
+		nextSend:  sent.Add(ttl / 3),
 	}
 	s.mu.Lock()
 	s.deadline = sent.Add(ttl - leaseMargin(ttl))
@@ -316,8 +318,13 @@ func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Respon
 // cluster; Acquire then returns an error wrapping both ctx's error and
 // ErrSessionExpired.
 //
-// Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ctx's
-// error.
+// Calls of one session for the same name share the session's place in the
+// queue: when one stops waiting while another still waits, it leaves the
+// place to it. An Acquire answered with a grant that a concurrent Release
+// of this session freed returns ErrNotHeld.
+//
+// Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
+// ctx's error.
 func (s *Session) Acquire(ctx context.Context, name string) (*Lock, error) {
 	if err := checkName(name, s.names); err != nil {
 		return nil, err
@@ -335,6 +342,61 @@ func (s *Session) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	return s.acquire(ctx, name, true, nil)
 }
 
+// acquireCalls counts a session's acquire calls in flight for one name.
+// The cluster keeps one place in the lock's queue per session, which every
+// waiting call of the session shares, and answers an acquire of a lock the
+// session holds with that grant.
+type acquireCalls struct {
+	n        int   // calls in flight
+	waiting  int   // of them, calls that queue (not try)
+	leaving  int   // of those, calls that stopped waiting and left the place to the others
+	released Token // the highest token of the name released (or found lost) while calls were in flight
+}
+
+func (s *Session) enterAcquire(name string, wait bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.acquiring[name]
+	if c == nil {
+		c = &acquireCalls{}
+		s.acquiring[name] = c
+	}
+	c.n++
+	if wait {
+		c.waiting++
+	}
+}
+
+func (s *Session) exitAcquire(name string, wait, left bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.acquiring[name]
+	c.n--
+	if wait {
+		c.waiting--
+	}
+	if left {
+		c.leaving--
+	}
+	if c.n == 0 {
+		delete(s.acquiring, name)
+	}
+}
+
+// leaveQueue reports whether a waiting acquire call of name that stopped
+// waiting leaves the session's place in the queue to another call of the
+// session that still waits there: then it must not withdraw it.
+func (s *Session) leaveQueue(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.acquiring[name]
+	if c.waiting-c.leaving > 1 {
+		c.leaving++
+		return true
+	}
+	return false
+}
+
 // acquire takes the lock (or role) key, a checked name; value is kept with
 // the grant.
 func (s *Session) acquire(ctx context.Context, name string, try bool, value []byte) (*Lock, error) {
@@ -343,6 +405,9 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	}
 	seq, done := s.nextSeq()
 	defer s.finish(seq)
+	s.enterAcquire(name, !try)
+	left := false
+	defer func() { s.exitAcquire(name, !try, left) }()
 	// Stop waiting a little before the caller's deadline, so that settling
 	// the outcome fits within it.
 	wctx, cancel := s.waitContext(ctx)
@@ -350,12 +415,23 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try, Value: value})
 	if err != nil {
 		if wctx.Err() != nil && s.Err() == nil {
+			if !try && s.leaveQueue(name) {
+				// Another call of this session waits for the lock in the
+				// same place; it settles the place when it stops waiting.
+				left = true
+				return nil, waitCause(ctx)
+			}
 			return s.settle(ctx, name, seq)
 		}
 		return nil, err
 	}
 	switch resp.GetCode() {
 	case lockpb.Code_CODE_OK:
+		if resp.GetQueued() {
+			// A try of a lock that another call of this session waits
+			// for: the session is queued, the lock is another's.
+			return nil, fmt.Errorf("%w: %q", ErrLocked, name)
+		}
 		return s.granted(name, Token(resp.GetToken()))
 	case lockpb.Code_CODE_LOCKED:
 		return nil, fmt.Errorf("%w: %q", ErrLocked, name)
@@ -397,10 +473,7 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
-	cause := ctx.Err()
-	if cause == nil {
-		cause = context.DeadlineExceeded
-	}
+	cause := waitCause(ctx)
 	seq, done := s.nextSeq()
 	defer s.finish(seq)
 	resp, err := s.call(sctx, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Seq: seq, Done: done, Name: name, Target: target})
@@ -413,17 +486,41 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 		s.end(errAbandoned, true)
 		return nil, errors.Join(cause, errAbandoned)
 	}
-	if resp.GetCode() == lockpb.Code_CODE_OK {
+	switch resp.GetCode() {
+	case lockpb.Code_CODE_OK:
 		return s.granted(name, Token(resp.GetToken()))
+	case lockpb.Code_CODE_WITHDRAWN:
+		return nil, cause
 	}
-	return nil, cause
+	// Refused (a limit): whether the session is still queued is unknown,
+	// so it cannot be trusted to hold what it believes; ending it frees
+	// whatever the cluster grants it.
+	s.end(errAbandoned, true)
+	return nil, fmt.Errorf("%w (the withdrawal was answered %s)", errors.Join(cause, errAbandoned), resp.GetCode())
 }
 
+// waitCause is the error of an acquire that stopped waiting under ctx:
+// ctx's, or DeadlineExceeded when it stopped early to leave time for
+// settling (see waitContext).
+func waitCause(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// granted returns the Lock for a grant of name with token t. A grant that
+// a Release of this session freed while the acquire was answered (the
+// acquire found the lock held by the session and was applied before the
+// release) is not returned: ErrNotHeld.
 func (s *Session) granted(name string, t Token) (*Lock, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
 		return nil, s.endErr
+	}
+	if c := s.acquiring[name]; c != nil && t <= c.released {
+		return nil, fmt.Errorf("%w: %q: the grant (token %d) was freed by a concurrent Release", ErrNotHeld, name, t)
 	}
 	if l, ok := s.locks[name]; ok && l.token == t {
 		return l, nil
@@ -433,10 +530,16 @@ func (s *Session) granted(name string, t Token) (*Lock, error) {
 	return l, nil
 }
 
+// dropLock forgets l, whose grant is no longer held (released, or found
+// not current); acquires of its name in flight must not return it (see
+// granted).
 func (s *Session) dropLock(l *Lock) {
 	s.mu.Lock()
 	if s.locks[l.name] == l {
 		delete(s.locks, l.name)
+	}
+	if c := s.acquiring[l.name]; c != nil {
+		c.released = max(c.released, l.token)
 	}
 	s.mu.Unlock()
 }

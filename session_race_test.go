@@ -1,0 +1,185 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// ops records the requests a handler saw, by op.
+type ops struct {
+	mu   sync.Mutex
+	seen map[lockpb.Op]int
+}
+
+func (o *ops) add(op lockpb.Op) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen == nil {
+		o.seen = map[lockpb.Op]int{}
+	}
+	o.seen[op]++
+}
+
+func (o *ops) count(op lockpb.Op) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.seen[op]
+}
+
+// An Acquire of a lock the session holds, applied before a concurrent
+// Release of that lock but answered after it, must not hand back the
+// released grant as a held Lock: the cluster has freed it.
+func TestAcquireAnsweredWithAReleasedGrant(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	ctx := context.Background()
+	l1, err := s.Acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := l1.Token()
+	var seen ops
+	answer := make(chan struct{})
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		seen.add(req.GetOp())
+		switch req.GetOp() {
+		case lockpb.Op_OP_ACQUIRE: // "already held": the same grant
+			<-answer
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: uint64(tok)}, nil
+		case lockpb.Op_OP_RELEASE:
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK}, nil
+		}
+		return nil, errors.New("unexpected request")
+	}
+	be.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(ctx, "x")
+		if err == nil {
+			err = errors.New("returned a Lock")
+			if closed(l.Lost()) {
+				err = nil // a Lock already lost is honest too
+			}
+		}
+		errc <- err
+	}()
+	eventually(t, "the acquire in flight", func() bool { return seen.count(lockpb.Op_OP_ACQUIRE) == 1 })
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(answer)
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Acquire answered with the released grant %d: %v, want ErrNotHeld", tok, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Acquire never returned")
+	}
+	if ls := s.Locks(); len(ls) != 0 {
+		t.Fatalf("the session lists %d locks after releasing its only grant", len(ls))
+	}
+}
+
+// Two waiting Acquire calls of one session share its place in the lock's
+// queue: when one stops waiting, it leaves the place to the other rather
+// than withdrawing it; the last one to stop withdraws.
+func TestConcurrentWaitsShareTheQueuePlace(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	var seen ops
+	grant := make(chan struct{})
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		seen.add(req.GetOp())
+		switch req.GetOp() {
+		case lockpb.Op_OP_ACQUIRE: // queued behind another session
+			select {
+			case <-grant:
+				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		case lockpb.Op_OP_WITHDRAW:
+			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+		}
+		return nil, errors.New("unexpected request")
+	}
+	be.mu.Unlock()
+
+	first := make(chan error, 1)
+	go func() {
+		l, err := s.Acquire(context.Background(), "x")
+		if err == nil && l.Token() != 7 {
+			err = errors.New("wrong grant")
+		}
+		first <- err
+	}()
+	eventually(t, "the first acquire in flight", func() bool { return seen.count(lockpb.Op_OP_ACQUIRE) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := s.Acquire(ctx, "x")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the second Acquire after its deadline: %v", err)
+	}
+	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
+		t.Fatalf("the second Acquire withdrew the place the first still waits in (%d withdrawals)", n)
+	}
+	close(grant)
+	if err := <-first; err != nil {
+		t.Fatalf("the first Acquire: %v", err)
+	}
+
+	// Alone, a call that stops waiting withdraws.
+	grant = make(chan struct{})
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(ctx, "y"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a lone Acquire after its deadline: %v", err)
+	}
+	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 1 {
+		t.Fatalf("a lone Acquire that stopped waiting sent %d withdrawals, want 1", n)
+	}
+}
+
+// A withdrawal the cluster refuses (a limit) leaves the session's place in
+// the queue unknown: the session is abandoned rather than reporting the
+// acquire withdrawn. A refused Release keeps the lock held: ErrLimit.
+func TestRefusedWithdrawalAndRelease(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	l1, err := s.Acquire(context.Background(), "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		switch req.GetOp() {
+		case lockpb.Op_OP_ACQUIRE:
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case lockpb.Op_OP_RELEASE, lockpb.Op_OP_WITHDRAW:
+			return &lockpb.Response{Code: lockpb.Code_CODE_LIMIT}, nil
+		}
+		return &lockpb.Response{Code: lockpb.Code_CODE_OK}, nil
+	}
+	be.mu.Unlock()
+	if err := l1.Release(context.Background()); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a refused Release: %v, want ErrLimit", err)
+	}
+	if closed(l1.Lost()) || len(s.Locks()) != 1 {
+		t.Fatal("a refused Release dropped the lock, which the cluster still holds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(ctx, "x")
+	if !errors.Is(err, ErrSessionExpired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an Acquire whose withdrawal was refused: %v, want the deadline and ErrSessionExpired", err)
+	}
+	if !closed(s.Done()) {
+		t.Fatal("the session goes on after a refused withdrawal")
+	}
+}
