@@ -183,3 +183,22 @@ func TestRefusedWithdrawalAndRelease(t *testing.T) {
 		t.Fatal("the session goes on after a refused withdrawal")
 	}
 }
+
+// A TryAcquire of a lock that another call of the same session waits for
+// finds the session queued (the cluster answers OK, queued, no token): the
+// lock is another session's, ErrLocked, not a Lock with token 0.
+func TestTryAcquireOfALockTheSessionWaitsFor(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
+	}
+	be.mu.Unlock()
+	l, err := s.TryAcquire(context.Background(), "x")
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("TryAcquire answered queued: lock %v, error %v; want ErrLocked", l, err)
+	}
+	if len(s.Locks()) != 0 {
+		t.Fatal("the session lists a lock it waits for")
+	}
+}
