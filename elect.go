@@ -182,10 +182,10 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
 	default:
 	}
-	seq, done := s.nextSeq()
-	defer s.finish(seq)
-	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_PROCLAIM, Session: s.id, Seq: seq, Done: done,
-		Name: roleKey(l.role), Token: uint64(l.Epoch()), Value: value})
+	q := s.nextSeq()
+	defer s.finish(q.seq)
+	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_PROCLAIM, Session: s.id,
+		Name: roleKey(l.role), Token: uint64(l.Epoch()), Value: value}))
 	if err != nil {
 		if ctx.Err() != nil && s.Err() == nil {
 			return fmt.Errorf("%w: proclaiming %q: %w", ErrUnknownOutcome, l.role, err)

@@ -75,9 +75,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err := s.Err(); err != nil {
 		return err
 	}
-	seq, done := s.nextSeq()
-	defer s.finish(seq)
-	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Seq: seq, Done: done, Name: l.name, Token: uint64(l.token)})
+	q := s.nextSeq()
+	defer s.finish(q.seq)
+	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Name: l.name, Token: uint64(l.token)}))
 	if err != nil {
 		if ctx.Err() != nil && s.Err() == nil {
 			return fmt.Errorf("%w: releasing %q: %w", ErrUnknownOutcome, l.name, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/internal/service"
 )
 
 var (
@@ -237,24 +238,48 @@ func (s *Session) end(cause error, closeRemote bool) {
 			defer cancel()
 			stop := context.AfterFunc(chanCtx(s.hb.closed), cancel)
 			defer stop()
-			seq, done := s.nextSeq()
-			s.be.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id, Seq: seq, Done: done})
+			q := s.nextSeq()
+			s.be.propose(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
 		})
 	}
 }
 
-// nextSeq allocates a request number and the done mark to send with it.
-// The number stays in flight until finish.
-func (s *Session) nextSeq() (seq, done uint64) {
+// maxListed is how many other requests in flight a request lists at most
+// (numbered.pending); a session with more in flight sends only done.
+const maxListed = service.MaxListed
+
+// numbered is a request number with what the request tells the cluster
+// about the session's other requests: every seq below done has its
+// response, and, when listed, so has every seq below seq but pending.
+type numbered struct {
+	seq, done uint64
+	pending   []uint64 // the other requests in flight, increasing
+	listed    bool
+}
+
+// request sets r's sequence fields from q and returns r.
+func (q numbered) request(r *lockpb.Request) *lockpb.Request {
+	r.Seq, r.Done, r.Pending, r.Listed = q.seq, q.done, q.pending, q.listed
+	return r
+}
+
+// nextSeq allocates a request number, with the done mark and the other
+// requests in flight to send with it. The number stays in flight until
+// finish.
+func (s *Session) nextSeq() numbered {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	s.inflight[s.seq] = struct{}{}
-	done = s.seq
-	for q := range s.inflight {
-		done = min(done, q)
+	q := numbered{seq: s.seq, done: s.seq, listed: len(s.inflight) <= maxListed}
+	for other := range s.inflight {
+		q.done = min(q.done, other)
+		if q.listed {
+			q.pending = append(q.pending, other)
+		}
 	}
-	return s.seq, done
+	slices.Sort(q.pending)
+	s.inflight[s.seq] = struct{}{}
+	return q
 }
 
 func (s *Session) finish(seq uint64) {
@@ -403,7 +428,8 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
-	seq, done := s.nextSeq()
+	q := s.nextSeq()
+	seq := q.seq
 	defer s.finish(seq)
 	s.enterAcquire(name, !try)
 	left := false
@@ -412,7 +438,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	// the outcome fits within it.
 	wctx, cancel := s.waitContext(ctx)
 	defer cancel()
-	resp, err := s.call(wctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Seq: seq, Done: done, Name: name, Try: try, Value: value})
+	resp, err := s.call(wctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value}))
 	if err != nil {
 		if wctx.Err() != nil && s.Err() == nil {
 			if !try && s.leaveQueue(name) {
@@ -474,9 +500,9 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	cause := waitCause(ctx)
-	seq, done := s.nextSeq()
-	defer s.finish(seq)
-	resp, err := s.call(sctx, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Seq: seq, Done: done, Name: name, Target: target})
+	q := s.nextSeq()
+	defer s.finish(q.seq)
+	resp, err := s.call(sctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name, Target: target}))
 	if err != nil {
 		if end := s.Err(); end != nil {
 			return nil, errors.Join(cause, end)
@@ -577,9 +603,9 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 		return err
 	}
-	seq, done := s.nextSeq()
-	defer s.finish(seq)
-	resp, err := s.call(ctx, &lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id, Seq: seq, Done: done})
+	q := s.nextSeq()
+	defer s.finish(q.seq)
+	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
 	s.end(errSessionClosed, false)
 	switch {
 	case errors.Is(err, errExpiredOnCluster):

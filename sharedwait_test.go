@@ -45,3 +45,41 @@ func TestSecondWaiterGivingUpKeepsTheFirst(t *testing.T) {
 		t.Fatalf("x held by %d, want session %d", info.Holder, s2.ID())
 	}
 }
+
+// A session whose Acquire waits for long (a candidate in an election does)
+// goes on working: its other requests list the waiting one as in flight,
+// so the cluster forgets their outcomes instead of keeping every one of
+// them until the wait ends (it kept at most 1,024 per session: then every
+// request failed with ErrLimit).
+func TestLongWaitDoesNotPinOutcomes(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 30 * time.Second})
+	lead := c.WaitLeader(10 * time.Second)
+	n := c.Node(lead)
+	other := newSession(t, n)
+	s := newSession(t, n)
+	mustAcquire(t, other, "a")
+	wait, stop := context.WithCancel(context.Background())
+	defer stop()
+	waited := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(wait, "a")
+		waited <- err
+	}()
+	waitQueued(t, n, "a", s.ID())
+	for i := range 600 { // 1,200 requests while the acquire waits
+		l, err := s.TryAcquire(testCtx(t, 5*time.Second), "b")
+		if err != nil {
+			t.Fatalf("TryAcquire #%d while an acquire waits: %v", i, err)
+		}
+		if err := l.Release(testCtx(t, 5*time.Second)); err != nil {
+			t.Fatalf("Release #%d while an acquire waits: %v", i, err)
+		}
+	}
+	stop()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiting acquire after its cancellation: %v", err)
+	}
+	if info := holder(t, n, "a"); len(info.Waiters) != 0 {
+		t.Fatalf("the cancelled acquire is still queued: %+v", info)
+	}
+}

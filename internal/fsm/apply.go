@@ -113,7 +113,7 @@ func (m *Machine) applySession(index uint64, cmd *Command) (Result, []Event) {
 	if !ok {
 		return Result{Code: CodeNoSession}, nil
 	}
-	if cmd.Seq == 0 || cmd.Seq < s.done {
+	if cmd.Seq == 0 || s.retired(cmd.Seq) {
 		return Result{Code: CodeInvalid}, nil
 	}
 	if at, dup := s.find(cmd.Seq); dup {
@@ -131,19 +131,20 @@ func (m *Machine) applySession(index uint64, cmd *Command) (Result, []Event) {
 		// Ending the session drops its whole table: no limit, no memory.
 		return Result{Code: CodeOK}, m.endSessions(index, []uint64{id})
 	}
-	need := 1
-	preempt := cmd.Op == OpWithdraw && cmd.Target != 0 && cmd.Target >= max(s.done, done)
+	r := s.plan(cmd.Seq, done, cmd.Listed, cmd.Pending)
+	keep := []uint64{cmd.Seq}
+	preempt := cmd.Op == OpWithdraw && cmd.Target != 0 && !r.retires(cmd.Target)
 	if preempt {
 		if _, applied := s.find(cmd.Target); applied {
 			preempt = false
 		} else {
-			need = 2
+			keep = append(keep, cmd.Target)
 		}
 	}
-	if len(s.outcomes)-s.forgettable(done)+need > m.lim.MaxPendingPerSession {
+	if s.entries(&r, keep...) > m.lim.MaxPendingPerSession {
 		return Result{Code: CodeLimit}, nil
 	}
-	s.forget(done)
+	s.retire(r)
 
 	var (
 		res Result

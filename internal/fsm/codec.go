@@ -4,14 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrCorrupt is returned (wrapped with the detail: what is wrong, at which
 // byte offset) by Decode for data that is not a command written by Encode.
 var ErrCorrupt = errors.New("quorumlock: corrupt command")
 
-// formatV1 is the first byte of an encoded command without stamped limits,
-// formatV2 of one with them.
+// formatV1 is the first byte of an encoded command without a version 2
+// tail, formatV2 of one with it.
 const (
 	formatV1 byte = 1
 	formatV2 byte = 2
@@ -34,14 +35,18 @@ const (
 //	OpExpire        uvarint Term; uvarint count; count x uvarint ID
 //	OpRevoke        uvarint Nonce; uvarint count; count x uvarint ID
 //
-// Version 2 is version 1 followed by the stamped limits (Command.Limits)
-// an Op checks, each a uvarint (0: the machine's own limit), with at least
-// one of them non-zero; only OpOpenSession and OpAcquire have them:
+// Version 2 is version 1 followed by a tail: for a command acting for a
+// session (acquire, proclaim, release, withdraw, close session), the
+// session's requests in flight (Command.Listed and Pending): a uvarint n,
+// 0 when not listed, else n-1 uvarints, the pending seqs in increasing
+// order, each below Seq; then the stamped limits (Command.Limits) the Op
+// checks, each a uvarint (0: the machine's own limit):
 //
 //	OpOpenSession   uvarint MaxSessions
 //	OpAcquire       uvarint MaxNameBytes, MaxLocksPerSession, MaxWaitersPerLock
 //
-// A command whose stamped limits are all zero is written as version 1.
+// A command that is not listed and whose stamped limits are all zero is
+// written as version 1, and only as version 1.
 //
 // Fields that do not matter for the Op are not written. Every Command value
 // has exactly one encoding, so Encode(Decode(data)) == data for all data that
@@ -73,11 +78,10 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		return append(b, formatV1, 0)
 	}
 	stamped := stampedFields(cmd)
+	listed := cmd.Listed && actsForSession(cmd.Op)
 	version := formatV1
-	for _, v := range stamped {
-		if v != 0 {
-			version = formatV2
-		}
+	if listed || slices.ContainsFunc(stamped, func(v uint64) bool { return v != 0 }) {
+		version = formatV2
 	}
 	b = append(b, version, byte(cmd.Op))
 	switch cmd.Op {
@@ -121,11 +125,31 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		b = appendIDs(b, cmd.IDs)
 	}
 	if version == formatV2 {
+		if actsForSession(cmd.Op) {
+			if !listed {
+				b = append(b, 0)
+			} else {
+				b = binary.AppendUvarint(b, uint64(len(cmd.Pending))+1)
+				for _, p := range cmd.Pending {
+					b = binary.AppendUvarint(b, p)
+				}
+			}
+		}
 		for _, v := range stamped {
 			b = binary.AppendUvarint(b, v)
 		}
 	}
 	return b
+}
+
+// actsForSession reports whether op acts for a session under its (Seq,
+// Done) dedupe, and so may list its requests in flight.
+func actsForSession(op Op) bool {
+	switch op {
+	case OpAcquire, OpProclaim, OpRelease, OpWithdraw, OpCloseSession:
+		return true
+	}
+	return false
 }
 
 // stampedFields returns the stamped limits cmd.Op checks, in encoding
@@ -225,7 +249,7 @@ func Decode(data []byte, cmd *Command) error {
 			d.failAt(1, "unknown op %d", op)
 		}
 		if version == formatV2 {
-			d.stamped(cmd)
+			d.tail(cmd)
 		}
 	}
 	if d.err == nil && d.off != len(d.data) {
@@ -300,13 +324,36 @@ func (d *decoder) varint(field string) int64 {
 	return v
 }
 
-// stamped reads a version 2 command's stamped limits.
-func (d *decoder) stamped(cmd *Command) {
+// tail reads a version 2 command's tail: the listed requests in flight
+// and the stamped limits.
+func (d *decoder) tail(cmd *Command) {
 	at := d.off
-	var any bool
+	if actsForSession(cmd.Op) {
+		n := d.uvarint("pending count")
+		if d.err == nil && n > 0 {
+			cmd.Listed = true
+			n--
+			// Each seq takes at least one byte.
+			if left := uint64(len(d.data) - d.off); n > left {
+				d.fail("pending count %d exceeds the %d bytes left", n, left)
+				return
+			}
+			if n > 0 {
+				cmd.Pending = make([]uint64, 0, n)
+			}
+			for range n {
+				p := d.uvarint("pending seq")
+				if d.err == nil && (p >= cmd.Seq || (len(cmd.Pending) > 0 && p <= cmd.Pending[len(cmd.Pending)-1])) {
+					d.fail("pending seq %d not increasing or not below seq %d", p, cmd.Seq)
+				}
+				cmd.Pending = append(cmd.Pending, p)
+			}
+		}
+	}
+	var stamped bool
 	read := func(field string) uint64 {
 		v := d.uvarint(field)
-		any = any || v != 0
+		stamped = stamped || v != 0
 		return v
 	}
 	switch cmd.Op {
@@ -317,11 +364,13 @@ func (d *decoder) stamped(cmd *Command) {
 		cmd.Limits.MaxLocksPerSession = read("max locks per session")
 		cmd.Limits.MaxWaitersPerLock = read("max waiters per lock")
 	default:
-		d.failAt(0, "format version 2 for op %d, which has no stamped limits", cmd.Op)
-		return
+		if !actsForSession(cmd.Op) {
+			d.failAt(0, "format version 2 for op %d, which has no tail", cmd.Op)
+			return
+		}
 	}
-	if d.err == nil && !any {
-		d.failAt(at, "format version 2 with no stamped limit")
+	if d.err == nil && !stamped && !cmd.Listed {
+		d.failAt(at, "format version 2 with an empty tail")
 	}
 }
 

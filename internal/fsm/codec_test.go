@@ -37,6 +37,11 @@ func stampedCommands() []Command {
 		{Op: OpAcquire, Session: 1, Seq: 1, Name: "a", Limits: Stamped{MaxNameBytes: 256, MaxLocksPerSession: 10_000, MaxWaitersPerLock: 10_000}},
 		{Op: OpAcquire, Session: 1, Seq: 2, Name: "b", Try: true, Value: []byte("v"), Limits: Stamped{MaxLocksPerSession: 1}},
 		{Op: OpAcquire, Session: 1, Seq: 3, Name: "c", Limits: Stamped{MaxNameBytes: math.MaxUint64}},
+		{Op: OpAcquire, Session: 1, Seq: 9, Done: 2, Name: "c", Listed: true, Pending: []uint64{2, 5, 8}, Limits: Stamped{MaxLocksPerSession: 3}},
+		{Op: OpRelease, Session: 7, Seq: 300, Done: 299, Name: "b", Token: 1, Listed: true, Pending: []uint64{299}},
+		{Op: OpWithdraw, Session: 7, Seq: 302, Done: 300, Name: "b", Target: 301, Listed: true, Pending: []uint64{300, 301}},
+		{Op: OpProclaim, Session: 1, Seq: 6, Name: "\x00role", Token: 9, Listed: true},
+		{Op: OpCloseSession, Session: 7, Seq: 303, Done: 303, Listed: true},
 	}
 }
 
@@ -106,7 +111,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"version 2, limits all zero", append(append([]byte{formatV2}, acquire[1:]...), 0, 0, 0)},
 		{"version 2, truncated limits", stamped[:len(stamped)-1]},
 		{"version 2, trailing byte", append(bytes.Clone(stamped), 0)},
-		{"version 2 for a release", append(append([]byte{formatV2}, release[1:]...), 1)},
+		{"version 2, a release not listed", append(append([]byte{formatV2}, release[1:]...), 0)},
+		{"version 2 for an expire", []byte{formatV2, byte(OpExpire), 1, 0, 1}},
+		{"pending not increasing", append(append([]byte{formatV2}, release[1:]...), 3, 0, 0)},
+		{"pending at seq", append(append([]byte{formatV2}, release[1:]...), 2, 1)},
+		{"pending count over data", append(append([]byte{formatV2}, release[1:]...), 9, 0)},
 		{"version 3", append([]byte{3}, acquire[1:]...)},
 		{"no op", []byte{formatV1}},
 		{"op 0", []byte{formatV1, 0}},

@@ -195,6 +195,20 @@ func scanCommand(t *testing.T, d *datadriven.TestData, entryTerm uint64) (cmd Co
 		d.ScanArgs(t, "session", &cmd.Session)
 		d.ScanArgs(t, "seq", &cmd.Seq)
 		d.MaybeScanArgs(t, "done", &cmd.Done)
+		// pending=(a,b) lists the session's other requests in flight;
+		// listed alone lists none.
+		cmd.Listed = d.HasArg("listed")
+		if arg, ok := d.Arg("pending"); ok {
+			cmd.Listed = true
+			for i := range arg.Vals {
+				if arg.Vals[i] == "" {
+					continue
+				}
+				var p uint64
+				arg.Scan(t, i, &p)
+				cmd.Pending = append(cmd.Pending, p)
+			}
+		}
 	}
 	switch d.Cmd {
 	case "open":

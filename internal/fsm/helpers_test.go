@@ -19,7 +19,11 @@ func dump(m *Machine) string {
 	slices.Sort(ids)
 	for _, id := range ids {
 		s := m.sessions[id]
-		fmt.Fprintf(&b, "session %d ttl=%d done=%d names=%v outcomes=[", id, s.ttl, s.done, s.names.sorted())
+		fmt.Fprintf(&b, "session %d ttl=%d done=%d ", id, s.ttl, s.done)
+		if s.hi != s.done || len(s.holes) > 0 {
+			fmt.Fprintf(&b, "hi=%d holes=%v ", s.hi, s.holes)
+		}
+		fmt.Fprintf(&b, "names=%v outcomes=[", s.names.sorted())
 		for i, o := range s.outcomes {
 			if i > 0 {
 				b.WriteString(" ")
@@ -150,11 +154,21 @@ func checkInvariants(m *Machine) error {
 				return fmt.Errorf("session %d: lists lock %q it neither holds nor waits for", id, name)
 			}
 		}
-		if len(s.outcomes) > m.lim.MaxPendingPerSession {
-			return fmt.Errorf("session %d: %d outcomes over the limit", id, len(s.outcomes))
+		entries := map[uint64]bool{}
+		for _, o := range s.outcomes {
+			entries[o.seq] = true
+		}
+		for _, h := range s.holes {
+			entries[h] = true
+		}
+		if len(entries) > m.lim.MaxPendingPerSession {
+			return fmt.Errorf("session %d: %d outcomes and holes over the limit", id, len(entries))
+		}
+		if s.hi < s.done || !slices.IsSorted(s.holes) || (len(s.holes) > 0 && (s.holes[0] < s.done || s.holes[len(s.holes)-1] >= s.hi)) {
+			return fmt.Errorf("session %d: holes %v outside [done %d, hi %d)", id, s.holes, s.done, s.hi)
 		}
 		for i, o := range s.outcomes {
-			if o.seq < s.done || o.seq == 0 || (i > 0 && o.seq <= s.outcomes[i-1].seq) {
+			if s.retired(o.seq) || o.seq == 0 || (i > 0 && o.seq <= s.outcomes[i-1].seq) {
 				return fmt.Errorf("session %d: outcomes out of order or retired: done %d, %v", id, s.done, s.outcomes)
 			}
 		}

@@ -9,9 +9,18 @@ type session struct {
 	// their Seq): outcomes of sequence numbers below it are forgotten, and
 	// commands with such a Seq are retired.
 	done uint64
-	// outcomes remembers the outcome of every applied command with
-	// Seq >= done, sorted by seq. Clients advance Done with each request, so
-	// it usually holds one or two entries; a slice is smaller than a map.
+	// hi and holes extend done for commands that list the session's
+	// requests in flight (Command.Listed): below hi, every seq but the
+	// holes is retired too. holes is sorted and lies within [done, hi).
+	// Without them, one request in flight for long (a waiting acquire)
+	// would hold done back, and the outcomes of every later request would
+	// pile up to MaxPendingPerSession.
+	hi    uint64
+	holes []uint64
+	// outcomes remembers the outcome of every applied command with a seq
+	// that is not retired, sorted by seq. Clients advance Done with each
+	// request, so it usually holds one or two entries; a slice is smaller
+	// than a map.
 	outcomes []outcome
 	// names are the locks the session holds or waits for.
 	names nameSet
@@ -40,27 +49,114 @@ func (s *session) find(seq uint64) (int, bool) {
 	})
 }
 
-// forget drops the outcomes of sequence numbers below done and raises s.done
-// to done if it is higher.
-func (s *session) forget(done uint64) {
-	if done <= s.done {
-		return
+// retired reports whether seq is finished for the client: its outcome is
+// forgotten and a command with it takes no effect (CodeInvalid).
+func (s *session) retired(seq uint64) bool {
+	if seq < s.done {
+		return true
 	}
-	s.done = done
-	if n, _ := s.find(done); n > 0 {
-		rest := copy(s.outcomes, s.outcomes[n:])
-		clear(s.outcomes[rest:]) // drop references to names
-		s.outcomes = s.outcomes[:rest]
+	if seq >= s.hi {
+		return false
 	}
+	_, hole := slices.BinarySearch(s.holes, seq)
+	return !hole
 }
 
-// forgettable returns how many outcomes forget(done) would drop.
-func (s *session) forgettable(done uint64) int {
-	if done <= s.done {
-		return 0
+// retirement is what applying a command does to a session's retired
+// sequence numbers (see plan).
+type retirement struct {
+	done, hi uint64
+	holes    []uint64
+	kept     int // outcomes that stay
+}
+
+// retires reports whether seq is retired under r.
+func (r *retirement) retires(seq uint64) bool {
+	if seq < r.done {
+		return true
 	}
-	n, _ := s.find(done)
+	if seq >= r.hi {
+		return false
+	}
+	_, hole := slices.BinarySearch(r.holes, seq)
+	return !hole
+}
+
+// plan computes the retirement a command with seq, done (at most seq) and,
+// when listed, the session's other requests in flight (pending, sorted,
+// each below seq) makes: every seq below done is retired and, for a listed
+// command, every seq in [done, seq) that is not pending (the client has
+// its answer, or gave up on it, and never sends it again). It changes
+// nothing.
+func (s *session) plan(seq, done uint64, listed bool, pending []uint64) retirement {
+	d := max(s.done, done)
+	r := retirement{done: d, hi: max(s.hi, d)}
+	if listed {
+		r.hi = max(r.hi, seq)
+		inPending := func(x uint64) bool { _, ok := slices.BinarySearch(pending, x); return ok }
+		for _, h := range s.holes {
+			if h >= d && (h >= seq || inPending(h)) {
+				r.holes = append(r.holes, h)
+			}
+		}
+		for _, p := range pending {
+			if p >= max(s.hi, d) && p < seq {
+				r.holes = append(r.holes, p)
+			}
+		}
+		slices.Sort(r.holes)
+		r.holes = slices.Compact(r.holes)
+		// Everything below the lowest hole (or hi) is retired.
+		r.done = r.hi
+		if len(r.holes) > 0 {
+			r.done = r.holes[0]
+		}
+	} else {
+		for _, h := range s.holes {
+			if h >= d {
+				r.holes = append(r.holes, h)
+			}
+		}
+	}
+	for _, o := range s.outcomes {
+		if !r.retires(o.seq) {
+			r.kept++
+		}
+	}
+	return r
+}
+
+// entries counts what s keeps after r and the outcomes of seqs (the
+// command's own, a target it records): each kept outcome, each hole, each
+// of seqs, once per sequence number (MaxPendingPerSession bounds it).
+func (s *session) entries(r *retirement, seqs ...uint64) int {
+	n := r.kept
+	for _, h := range r.holes {
+		if at, ok := s.find(h); !ok || r.retires(s.outcomes[at].seq) {
+			n++
+		}
+	}
+	for i, q := range seqs {
+		_, hole := slices.BinarySearch(r.holes, q)
+		_, had := s.find(q)
+		if !hole && !had && !slices.Contains(seqs[:i], q) {
+			n++
+		}
+	}
 	return n
+}
+
+// retire applies r (from plan): the outcomes of retired seqs are dropped.
+func (s *session) retire(r retirement) {
+	s.done, s.hi, s.holes = r.done, r.hi, r.holes
+	kept := s.outcomes[:0]
+	for _, o := range s.outcomes {
+		if !r.retires(o.seq) {
+			kept = append(kept, o)
+		}
+	}
+	clear(s.outcomes[len(kept):]) // drop references to names
+	s.outcomes = kept
 }
 
 // remember records o, whose seq is not in s.outcomes. Seqs mostly arrive in

@@ -10,13 +10,14 @@ import (
 	"slices"
 )
 
-// The snapshot format, version 1. Integers are uvarints (varint for the
+// The snapshot format, version 2. Integers are uvarints (varint for the
 // TTL), strings and byte strings are length-prefixed, as in the command
 // encoding.
 //
-//	"QLSNAP" 0x01                magic and version
+//	"QLSNAP" 0x02                magic and version
 //	applied                       index of the last applied entry
-//	sessions: count, then each    id, ttl, done, outcomes: count, then each
+//	sessions: count, then each    id, ttl, done, hi, holes: count, then each
+//	                              seq; outcomes: count, then each
 //	                              seq, token, code (byte), name
 //	queues:   count, then each    name, count, session IDs in grant order
 //	values:   count, then each    name, value
@@ -24,9 +25,15 @@ import (
 //	locks:    count, then each    name, holder, token
 //	crc32c (4 bytes, big endian)  Castagnoli CRC of every byte before it
 //
+// Version 1 had no hi and holes (a session's hi is its done, with no
+// holes); Restore reads it too.
+//
 // A session's set of lock names is not stored: Restore rebuilds it from the
 // locks and queues.
-var snapshotMagic = []byte("QLSNAP\x01")
+var (
+	snapshotMagic   = []byte("QLSNAP\x02")
+	snapshotMagicV1 = []byte("QLSNAP\x01")
+)
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -55,6 +62,8 @@ func (m *Machine) Snapshot() *Snapshot {
 		b = binary.AppendUvarint(b, id)
 		b = binary.AppendVarint(b, s.ttl)
 		b = binary.AppendUvarint(b, s.done)
+		b = binary.AppendUvarint(b, s.hi)
+		b = appendIDs(b, s.holes)
 		b = binary.AppendUvarint(b, uint64(len(s.outcomes)))
 		for _, o := range s.outcomes {
 			b = binary.AppendUvarint(b, o.seq)
@@ -155,8 +164,9 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
 	}
-	if string(body[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return nil, fmt.Errorf("%w: not a snapshot of format 1", ErrCorrupt)
+	v1 := string(body[:len(snapshotMagicV1)]) == string(snapshotMagicV1)
+	if !v1 && string(body[:len(snapshotMagic)]) != string(snapshotMagic) {
+		return nil, fmt.Errorf("%w: not a snapshot of format 1 or 2", ErrCorrupt)
 	}
 	m := New(l)
 	d := decoder{data: body, off: len(snapshotMagic)}
@@ -167,6 +177,15 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 	for range nsessions {
 		id := d.uvarint("session id")
 		s := &session{ttl: d.varint("ttl"), done: d.uvarint("done")}
+		s.hi = s.done
+		if !v1 {
+			s.hi = d.uvarint("hi")
+			s.holes = d.ids()
+			if d.err == nil && (s.hi < s.done || !slices.IsSorted(s.holes) || len(slices.Compact(slices.Clone(s.holes))) != len(s.holes) ||
+				(len(s.holes) > 0 && (s.holes[0] < s.done || s.holes[len(s.holes)-1] >= s.hi))) {
+				d.fail("session %d: hi %d and holes %v do not fit done %d", id, s.hi, s.holes, s.done)
+			}
+		}
 		for range d.count("outcomes", 4) {
 			o := outcome{seq: d.uvarint("seq"), token: d.uvarint("token")}
 			o.code = Code(d.byte("code"))

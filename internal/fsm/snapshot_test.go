@@ -2,8 +2,10 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"testing"
 )
 
@@ -38,6 +40,13 @@ func snapshotMachine(t *testing.T) *Machine {
 	for i := range 300 {
 		apply(uint64(6+i), Command{Op: OpAcquire, Session: 1, Seq: uint64(2 + i), Done: uint64(2 + i), Name: fmt.Sprint("k", i)})
 	}
+	// Session 2's acquire at seq 1 waits; listed requests leave a hole at
+	// seq 1 and at seq 9 (in flight, not applied yet) below hi.
+	apply(306, Command{Op: OpAcquire, Session: 2, Seq: 8, Done: 1, Listed: true, Pending: []uint64{1}, Name: "b"})
+	apply(307, Command{Op: OpAcquire, Session: 2, Seq: 10, Done: 1, Listed: true, Pending: []uint64{1, 9}, Name: "c"})
+	if s := m.sessions[2]; s.hi != 10 || len(s.holes) != 2 {
+		t.Fatalf("setup: session 2 hi %d holes %v, want 10 and [1 9]", s.hi, s.holes)
+	}
 	return m
 }
 
@@ -47,12 +56,22 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if r.Applied() != m.Applied() {
 		t.Fatalf("applied %d, want %d", r.Applied(), m.Applied())
 	}
-	// Both go on identically: the waiter and its value are restored.
-	c := Command{Op: OpRelease, Session: 1, Seq: 400, Name: "a", Token: 3}
-	res1, ev1 := m.Apply(1000, 1, &c)
-	res2, ev2 := r.Apply(1000, 1, &c)
-	if res1 != res2 || fmt.Sprint(ev1) != fmt.Sprint(ev2) || dump(m) != dump(r) {
-		t.Fatalf("diverged after restore: %v %v / %v %v", res1, ev1, res2, ev2)
+	// Both go on identically: the waiter and its value are restored, and
+	// so are session 2's retired seqs (a copy of seq 5 takes no effect)
+	// and its holes (seq 9 still applies).
+	for i, c := range []Command{
+		{Op: OpRelease, Session: 1, Seq: 400, Name: "a", Token: 3},
+		{Op: OpRelease, Session: 2, Seq: 5, Done: 1, Name: "b", Token: 306},
+		{Op: OpAcquire, Session: 2, Seq: 9, Done: 1, Listed: true, Pending: []uint64{1}, Name: "d"},
+	} {
+		res1, ev1 := m.Apply(uint64(1000+i), 1, &c)
+		res2, ev2 := r.Apply(uint64(1000+i), 1, &c)
+		if res1 != res2 || fmt.Sprint(ev1) != fmt.Sprint(ev2) || dump(m) != dump(r) {
+			t.Fatalf("diverged after restore: %v %v / %v %v", res1, ev1, res2, ev2)
+		}
+		if want := []Code{CodeOK, CodeInvalid, CodeOK}[i]; res1.Code != want {
+			t.Fatalf("%+v after restore: code %d, want %d", c, res1.Code, want)
+		}
 	}
 }
 
@@ -79,8 +98,8 @@ func TestSnapshotIsolation(t *testing.T) {
 	if dump(r) != before {
 		t.Fatal("snapshot saw writes made after it was taken")
 	}
-	if m.NumLocks() != 2 {
-		t.Fatalf("live machine has %d locks, want 2", m.NumLocks())
+	if m.NumLocks() != 4 { // a, the role, b and c
+		t.Fatalf("live machine has %d locks, want 4", m.NumLocks())
 	}
 }
 
@@ -120,4 +139,39 @@ func FuzzRestore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A version 1 image (before sessions had hi and holes) restores, with
+// every session's hi at its done.
+func TestRestoreVersion1(t *testing.T) {
+	m := New(Limits{})
+	m.Apply(1, 1, &Command{Op: OpOpenSession, TTL: 10e9})
+	m.Apply(2, 1, &Command{Op: OpAcquire, Session: 1, Seq: 3, Done: 3, Name: "a"})
+	var buf bytes.Buffer
+	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	v2 := buf.Bytes()
+	// Rewrite it as version 1: the magic's version byte, and no hi and
+	// holes after the session's done (3, then hi 3 and 0 holes).
+	var head []byte
+	head = append(head, snapshotMagicV1...)
+	head = binary.AppendUvarint(head, 2)   // applied
+	head = binary.AppendUvarint(head, 1)   // sessions
+	head = binary.AppendUvarint(head, 1)   // id
+	head = binary.AppendVarint(head, 10e9) // ttl
+	head = binary.AppendUvarint(head, 3)   // done
+	skip := len(head) + 2                  // hi (3) and holes count (0)
+	if v2[skip-2] != 3 || v2[skip-1] != 0 {
+		t.Fatalf("unexpected version 2 layout: %x", v2)
+	}
+	body := append(head, v2[skip:len(v2)-4]...)
+	v1 := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
+	r, err := Restore(v1, Limits{})
+	if err != nil {
+		t.Fatalf("Restore(version 1): %v", err)
+	}
+	if got, want := dump(r), dump(m); got != want {
+		t.Fatalf("restored from version 1:\n%s\nwant:\n%s", got, want)
+	}
 }

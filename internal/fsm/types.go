@@ -62,6 +62,13 @@ type Command struct {
 	// below it: the machine forgets those outcomes, and a command with
 	// Seq < Done of an earlier command fails with CodeInvalid.
 	Done uint64
+	// Listed tells that Pending lists every other request of the session
+	// in flight with a lower Seq (sorted, each in [Done, Seq)): then every
+	// other Seq below this one is finished too, and is retired as if below
+	// Done. A long request in flight (a waiting acquire) thus does not
+	// keep the outcomes of every later request of its session.
+	Listed  bool
+	Pending []uint64
 	// Name is the lock name.
 	Name string
 	// Try makes an acquire fail with CodeLocked instead of queueing.

@@ -429,7 +429,13 @@ type Request struct {
 	// OP_WITHDRAW: the seq of the acquire being taken back.
 	Target uint64 `protobuf:"varint,10,opt,name=target,proto3" json:"target,omitempty"`
 	// OP_ACQUIRE, OP_PROCLAIM: the value kept with the grant (leader election).
-	Value         []byte `protobuf:"bytes,11,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,11,opt,name=value,proto3" json:"value,omitempty"`
+	// With listed: the session's other requests in flight with a lower seq
+	// (increasing); every other seq below this one has its response (or was
+	// given up), so the replicas retire it as if below done. A long request
+	// in flight (a waiting acquire) then does not hold back done.
+	Pending       []uint64 `protobuf:"varint,12,rep,packed,name=pending,proto3" json:"pending,omitempty"`
+	Listed        bool     `protobuf:"varint,13,opt,name=listed,proto3" json:"listed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -539,6 +545,20 @@ func (x *Request) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Request) GetPending() []uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *Request) GetListed() bool {
+	if x != nil {
+		return x.Listed
+	}
+	return false
 }
 
 type Response struct {
@@ -1565,7 +1585,7 @@ const file_lock_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x06 \x01(\rR\x06crc32c\"9\n" +
 	"\vSnapshotAck\x12*\n" +
-	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\"\x86\x02\n" +
+	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\"\xb8\x02\n" +
 	"\aRequest\x12!\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x11.quorumlock.v1.OpR\x02op\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x10\n" +
@@ -1578,7 +1598,9 @@ const file_lock_proto_rawDesc = "" +
 	"\ano_wait\x18\t \x01(\bR\x06noWait\x12\x16\n" +
 	"\x06target\x18\n" +
 	" \x01(\x04R\x06target\x12\x14\n" +
-	"\x05value\x18\v \x01(\fR\x05value\"\xd7\x01\n" +
+	"\x05value\x18\v \x01(\fR\x05value\x12\x18\n" +
+	"\apending\x18\f \x03(\x04R\apending\x12\x16\n" +
+	"\x06listed\x18\r \x01(\bR\x06listed\"\xd7\x01\n" +
 	"\bResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +

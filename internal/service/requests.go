@@ -80,6 +80,15 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
 		}
 	}
+	if req.GetListed() && cmd.Op != fsm.OpOpenSession && cmd.Op != fsm.OpRevoke {
+		// The session's other requests in flight: every other seq below
+		// this one is retired (fsm.Command.Listed).
+		p := req.GetPending()
+		if len(p) > MaxListed || !strictlyBelow(p, cmd.Seq) {
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "pending: more than 32, not increasing, or not below seq"}, nil
+		}
+		cmd.Listed, cmd.Pending = true, p
+	}
 
 	reqc := make(chan outcome, 1)
 	var grantc chan outcome
@@ -163,6 +172,20 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		}
 	}
 	return response(o.res), nil
+}
+
+// MaxListed bounds the requests in flight a request may list
+// (lockpb.Request.pending).
+const MaxListed = 32
+
+// strictlyBelow reports whether p increases strictly and stays below seq.
+func strictlyBelow(p []uint64, seq uint64) bool {
+	for i, x := range p {
+		if x >= seq || (i > 0 && x <= p[i-1]) {
+			return false
+		}
+	}
+	return true
 }
 
 // refuse answers reqc NOT_LEADER, if it still waits for the request key:
