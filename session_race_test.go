@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -200,5 +201,39 @@ func TestTryAcquireOfALockTheSessionWaitsFor(t *testing.T) {
 	}
 	if len(s.Locks()) != 0 {
 		t.Fatal("the session lists a lock it waits for")
+	}
+}
+
+// Each request lists the session's other requests in flight, increasing,
+// with done their lowest; a session with more than maxListed in flight
+// sends done alone.
+func TestNextSeqListsRequestsInFlight(t *testing.T) {
+	_, _, s := newLeaseHarness(t, true)
+	a, b := s.nextSeq(), s.nextSeq()
+	s.finish(a.seq)
+	c := s.nextSeq()
+	if !c.listed || len(c.pending) != 1 || c.pending[0] != b.seq || c.done != b.seq {
+		t.Fatalf("with %d in flight: %+v, want pending [%d] and done %d", b.seq, c, b.seq, b.seq)
+	}
+	s.finish(b.seq)
+	s.finish(c.seq)
+	d := s.nextSeq()
+	if !d.listed || len(d.pending) != 0 || d.done != d.seq {
+		t.Fatalf("alone: %+v", d)
+	}
+	for range maxListed - 1 {
+		s.nextSeq()
+	}
+	full := s.nextSeq() // maxListed others in flight
+	if !full.listed || len(full.pending) != maxListed || full.done != d.seq || !slices.IsSorted(full.pending) {
+		t.Fatalf("with %d others in flight: listed %v, %d pending, done %d", maxListed, full.listed, len(full.pending), full.done)
+	}
+	over := s.nextSeq()
+	if over.listed || over.pending != nil || over.done != d.seq {
+		t.Fatalf("with %d others in flight: %+v, want done %d alone", maxListed+1, over, d.seq)
+	}
+	req := over.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE})
+	if req.GetSeq() != over.seq || req.GetDone() != over.done || req.GetListed() {
+		t.Fatalf("request %v from %+v", req, over)
 	}
 }

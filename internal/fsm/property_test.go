@@ -193,6 +193,19 @@ func (h *harness) command(rt *rapid.T) Command {
 			cmd.Value = rapid.SampledFrom([][]byte{nil, []byte("p1"), []byte("p2")}).Draw(rt, "value")
 		}
 	}
+	if cmd.Seq > 0 && rapid.Bool().Draw(rt, "listed") {
+		// Some other requests in flight below Seq; every other seq below
+		// is retired.
+		cmd.Listed = true
+		for range rapid.IntRange(0, 3).Draw(rt, "pending") {
+			cmd.Pending = append(cmd.Pending, rapid.Uint64Range(0, cmd.Seq-1).Draw(rt, "pendingSeq"))
+		}
+		slices.Sort(cmd.Pending)
+		cmd.Pending = slices.Compact(cmd.Pending)
+		if len(cmd.Pending) == 0 {
+			cmd.Pending = nil
+		}
+	}
 	return cmd
 }
 
@@ -295,7 +308,7 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 			r.name = cmd.Name
 		}
 		h.remembered[key] = r
-		if s := h.a.sessions[cmd.Session]; s != nil && cmd.Op == OpWithdraw && cmd.Target != 0 && !targetApplied && cmd.Target >= s.done {
+		if s := h.a.sessions[cmd.Session]; s != nil && cmd.Op == OpWithdraw && cmd.Target != 0 && !targetApplied && !s.retired(cmd.Target) {
 			// Pre-empted: the acquire with Seq Target must take no effect.
 			h.remembered[[2]uint64{cmd.Session, cmd.Target}] = remembered{res: Result{Code: CodeWithdrawn}}
 		}
@@ -450,6 +463,7 @@ func normalized(cmd *Command) Command {
 		out.TTL, out.Nonce = cmd.TTL, cmd.Nonce
 	case OpAcquire, OpRelease, OpWithdraw, OpCloseSession, OpProclaim:
 		out.Session, out.Seq, out.Done = cmd.Session, cmd.Seq, cmd.Done
+		out.Listed, out.Pending = cmd.Listed, cmd.Pending
 		if cmd.Op != OpCloseSession {
 			out.Name = cmd.Name
 		}

@@ -36,6 +36,7 @@ type fakeRaft struct {
 	heldDeferred  [][]byte // until proposeHeld
 	releases      int      // ReleaseDeferred calls
 
+	last   []byte        // the data of the latest proposal
 	refuse bool          // ProposeAsync: raft refuses every entry (not the leader)
 	drop   bool          // ProposeAsync: the entry stays queued in a stopping node
 	done   chan struct{} // Done (nil: never stops)
@@ -63,6 +64,7 @@ func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
 	defer f.applyMu.Unlock()
 	f.mu.Lock()
 	f.index++
+	f.last = data
 	e := &raftpb.Entry{Index: new(f.index), Term: new(f.term), Type: raftpb.EntryNormal.Enum(), Data: data}
 	hold := f.hold
 	if hold {
@@ -577,5 +579,43 @@ func TestWatchSeesEveryChangeInABatch(t *testing.T) {
 	}
 	if li := next(); li.Holder != 0 {
 		t.Fatalf("second change %+v, want free", li)
+	}
+}
+
+// A request's list of its session's other requests in flight must be
+// short, increasing and below its seq: the fsm retires every other seq
+// below on the strength of it. A bad list is refused before it is logged;
+// a good one reaches the command.
+func TestPendingListChecked(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Minute)
+	long := make([]uint64, MaxListed+1)
+	for i := range long {
+		long[i] = uint64(i + 1)
+	}
+	for _, bad := range [][]uint64{{5, 3}, {3, 3}, {100}, {101}, long} {
+		r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 100, Done: 1, Name: "a", Listed: true, Pending: bad})
+		if r.GetCode() != lockpb.Code_CODE_INVALID {
+			t.Fatalf("pending %v with seq 100: %v, want INVALID", bad, r)
+		}
+	}
+	h.raf.mu.Lock()
+	before := h.raf.index
+	h.raf.mu.Unlock()
+	r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 10, Done: 3, Name: "a", Listed: true, Pending: []uint64{3, 7}})
+	if r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("a good list: %v", r)
+	}
+	h.raf.mu.Lock()
+	defer h.raf.mu.Unlock()
+	if h.raf.index != before+1 {
+		t.Fatalf("%d entries proposed, want 1", h.raf.index-before)
+	}
+	var cmd fsm.Command
+	if err := fsm.Decode(h.raf.last, &cmd); err != nil {
+		t.Fatal(err)
+	}
+	if !cmd.Listed || len(cmd.Pending) != 2 || cmd.Pending[0] != 3 || cmd.Pending[1] != 7 {
+		t.Fatalf("the command lists %v (listed %v), want [3 7]", cmd.Pending, cmd.Listed)
 	}
 }
