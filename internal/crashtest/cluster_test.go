@@ -50,6 +50,10 @@ type life struct {
 	ep    *endpoint
 
 	inReady bool // between before-save and after-apply; owned by the node goroutine
+	// pending is a plan that cut and cloned at this life's before-save and
+	// decides at its after-save, armed or not by then; owned by the node
+	// goroutine.
+	pending *crashPlan
 }
 
 type options struct {

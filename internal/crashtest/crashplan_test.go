@@ -54,6 +54,9 @@ type crashPlan struct {
 	crashc      chan crashEvent
 	resume      chan struct{}
 	releaseOnce sync.Once
+
+	mu        sync.Mutex // orders a firing against abandon
+	abandoned bool       // armAndAwait gave up on the plan: it must not fire
 }
 
 type crashEvent struct {
@@ -124,7 +127,13 @@ func (c *cluster) failpoint(l *life, point string) {
 	case raftnode.FailpointAfterApply:
 		defer func() { l.inReady = false }()
 	}
-	if p := c.plan.Load(); p != nil && p.target == l.rep.id {
+	p := c.plan.Load()
+	if l.pending != nil {
+		// Cut and cloned at before-save: it decides at after-save even if
+		// it was disarmed since.
+		p = l.pending
+	}
+	if p != nil && p.target == l.rep.id {
 		p.at(l, point)
 	}
 }
@@ -146,11 +155,13 @@ func (p *crashPlan) at(l *life, point string) {
 	case raftnode.FailpointBeforeSave:
 		if p.point == point && inRole {
 			p.tentative = p.cutAndClone()
+			l.pending = p
 		}
 	case raftnode.FailpointAfterSave:
 		p.sawEntries = l.store.lastSave.Load() > 0
 		if clones := p.tentative; clones != nil {
 			p.tentative = nil
+			l.pending = nil
 			if p.sawEntries {
 				p.crash(l, clones)
 				return
@@ -214,6 +225,15 @@ func (p *crashPlan) thaw(dead bool) {
 }
 
 func (p *crashPlan) crash(l *life, clones map[uint64]*vfs.MemFS) {
+	p.mu.Lock()
+	if p.abandoned {
+		// Nobody waits for it any more: undo the cut and the freeze, and
+		// go on as if never armed.
+		p.mu.Unlock()
+		p.c.nw.setCut(p.victims, false)
+		p.thaw(false)
+		return
+	}
 	p.thaw(true)
 	// The target is down from this instant too: once released it goes on
 	// until it is stopped, and a leader's own Save of entries the followers
@@ -224,7 +244,22 @@ func (p *crashPlan) crash(l *life, clones map[uint64]*vfs.MemFS) {
 	l.sm.freeze.Store(dead)
 	p.fired = true
 	p.crashc <- crashEvent{point: p.point, target: p.target, role: p.role, life: l.n, clones: clones}
+	p.mu.Unlock()
 	<-p.resume
+}
+
+// abandon makes p never fire from now on. It returns the event of a firing
+// that came first, if any.
+func (p *crashPlan) abandon() (crashEvent, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.abandoned = true
+	select {
+	case ev := <-p.crashc:
+		return ev, true
+	default:
+		return crashEvent{}, false
+	}
 }
 
 // awaitCrash waits for the armed plan to fire, stops the victims and
@@ -257,12 +292,17 @@ func (c *cluster) armAndAwait(point string, v victim, received *bool) (*crashPla
 		case <-time.After(waitTimeout):
 		}
 		c.plan.CompareAndSwap(p, nil)
-		// A node goroutine that loaded the plan before it was disarmed may
-		// still fire it (and then waits for its release).
+		// A node goroutine that loaded the plan before it was disarmed (or
+		// cut and cloned at before-save) may still fire it; after a grace
+		// period the plan is abandoned, so that it never fires after this
+		// test stopped waiting for it.
 		select {
 		case ev := <-p.crashc:
 			return p, ev, c.crashed(p, ev)
 		case <-time.After(time.Second):
+		}
+		if ev, fired := p.abandon(); fired {
+			return p, ev, c.crashed(p, ev)
 		}
 		if attempt == 3 {
 			c.t.Fatalf("replica %d never reached %s as %v within %v, in %d attempts", p.target, p.point, p.role, waitTimeout, attempt)
