@@ -408,18 +408,25 @@ func (s *Session) exitAcquire(name string, wait, left bool) {
 	}
 }
 
-// leaveQueue reports whether a waiting acquire call of name that stopped
-// waiting leaves the session's place in the queue to another call of the
-// session that still waits there: then it must not withdraw it.
-func (s *Session) leaveQueue(name string) bool {
+// leaveQueue reports whether an acquire call of name (a waiting one, or a
+// try) that stopped waiting leaves the session's place in the queue to
+// another call of the session that still waits there: then it must not
+// withdraw it.
+func (s *Session) leaveQueue(name string, wait bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.acquiring[name]
-	if c.waiting-c.leaving > 1 {
-		c.leaving++
-		return true
+	others := c.waiting - c.leaving
+	if wait {
+		others-- // itself
 	}
-	return false
+	if others <= 0 {
+		return false
+	}
+	if wait {
+		c.leaving++
+	}
+	return true
 }
 
 // acquire takes the lock (or role) key, a checked name; value is kept with
@@ -441,10 +448,10 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	resp, err := s.call(wctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value}))
 	if err != nil {
 		if wctx.Err() != nil && s.Err() == nil {
-			if !try && s.leaveQueue(name) {
+			if s.leaveQueue(name, !try) {
 				// Another call of this session waits for the lock in the
 				// same place; it settles the place when it stops waiting.
-				left = true
+				left = !try
 				return nil, waitCause(ctx)
 			}
 			return s.settle(ctx, name, seq)

@@ -237,3 +237,48 @@ func TestNextSeqListsRequestsInFlight(t *testing.T) {
 		t.Fatalf("request %v from %+v", req, over)
 	}
 }
+
+// A TryAcquire that stops waiting for its answer while a waiting Acquire
+// of the same session waits for the lock does not withdraw the session's
+// place either: it is the waiting call's.
+func TestTryGivingUpKeepsTheWaiter(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	var seen ops
+	grant := make(chan struct{})
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		seen.add(req.GetOp())
+		switch req.GetOp() {
+		case lockpb.Op_OP_ACQUIRE: // the waiting call's grant, or a slow try
+			select {
+			case <-grant:
+				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		case lockpb.Op_OP_WITHDRAW:
+			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+		}
+		return nil, errors.New("unexpected request")
+	}
+	be.mu.Unlock()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), "x")
+		first <- err
+	}()
+	eventually(t, "the waiting acquire in flight", func() bool { return seen.count(lockpb.Op_OP_ACQUIRE) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := s.TryAcquire(ctx, "x")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the try after its deadline: %v", err)
+	}
+	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
+		t.Fatalf("the try withdrew the place the waiting call waits in (%d withdrawals)", n)
+	}
+	close(grant)
+	if err := <-first; err != nil {
+		t.Fatalf("the waiting Acquire: %v", err)
+	}
+}
