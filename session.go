@@ -451,8 +451,11 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 			if s.leaveQueue(name, !try) {
 				// Another call of this session waits for the lock in the
 				// same place; it settles the place when it stops waiting.
+				// This request only is taken back, so that a late copy of
+				// it (still on its way to the leader) cannot queue the
+				// session again after that.
 				left = !try
-				return nil, waitCause(ctx)
+				return s.settle(ctx, "", seq)
 			}
 			return s.settle(ctx, name, seq)
 		}
@@ -498,7 +501,9 @@ func (s *Session) waitContext(ctx context.Context) (context.Context, context.Can
 // reports the definite outcome: the grant, if it won the race, or ctx's
 // error with the request out of the queue. It has until ctx's deadline (at
 // least minSettle), or settleGrace after a cancellation. If the withdrawal
-// cannot be confirmed in that time, the session is abandoned.
+// cannot be confirmed in that time, the session is abandoned. With an
+// empty name only the request is taken back (if not applied yet, it never
+// will be), and the session keeps its place in the queue.
 func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock, error) {
 	budget := s.be.settleGrace()
 	if d, ok := ctx.Deadline(); ok {

@@ -11,17 +11,24 @@ import (
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
-// ops records the requests a handler saw, by op.
+// ops records the requests a handler saw, by op; a withdrawal without a
+// name (it takes back its target request only) counts as takeBack.
 type ops struct {
 	mu   sync.Mutex
 	seen map[lockpb.Op]int
 }
 
-func (o *ops) add(op lockpb.Op) {
+const takeBack lockpb.Op = 1000
+
+func (o *ops) add(req *lockpb.Request) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.seen == nil {
 		o.seen = map[lockpb.Op]int{}
+	}
+	op := req.GetOp()
+	if op == lockpb.Op_OP_WITHDRAW && req.GetName() == "" {
+		op = takeBack
 	}
 	o.seen[op]++
 }
@@ -47,7 +54,7 @@ func TestAcquireAnsweredWithAReleasedGrant(t *testing.T) {
 	answer := make(chan struct{})
 	be.mu.Lock()
 	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		seen.add(req.GetOp())
+		seen.add(req)
 		switch req.GetOp() {
 		case lockpb.Op_OP_ACQUIRE: // "already held": the same grant
 			<-answer
@@ -96,7 +103,7 @@ func TestConcurrentWaitsShareTheQueuePlace(t *testing.T) {
 	grant := make(chan struct{})
 	be.mu.Lock()
 	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		seen.add(req.GetOp())
+		seen.add(req)
 		switch req.GetOp() {
 		case lockpb.Op_OP_ACQUIRE: // queued behind another session
 			select {
@@ -129,6 +136,9 @@ func TestConcurrentWaitsShareTheQueuePlace(t *testing.T) {
 	}
 	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
 		t.Fatalf("the second Acquire withdrew the place the first still waits in (%d withdrawals)", n)
+	}
+	if n := seen.count(takeBack); n != 1 {
+		t.Fatalf("the second Acquire took back its own request %d times, want 1", n)
 	}
 	close(grant)
 	if err := <-first; err != nil {
@@ -247,7 +257,7 @@ func TestTryGivingUpKeepsTheWaiter(t *testing.T) {
 	grant := make(chan struct{})
 	be.mu.Lock()
 	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		seen.add(req.GetOp())
+		seen.add(req)
 		switch req.GetOp() {
 		case lockpb.Op_OP_ACQUIRE: // the waiting call's grant, or a slow try
 			select {
@@ -276,6 +286,9 @@ func TestTryGivingUpKeepsTheWaiter(t *testing.T) {
 	}
 	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
 		t.Fatalf("the try withdrew the place the waiting call waits in (%d withdrawals)", n)
+	}
+	if n := seen.count(takeBack); n != 1 {
+		t.Fatalf("the try took back its own request %d times, want 1", n)
 	}
 	close(grant)
 	if err := <-first; err != nil {

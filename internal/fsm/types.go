@@ -91,7 +91,10 @@ type Command struct {
 	Value []byte
 	// Target is the Seq of the acquire an OpWithdraw takes back. If that
 	// acquire has not been applied yet, its outcome is recorded as
-	// CodeWithdrawn so that it takes no effect when it arrives later.
+	// CodeWithdrawn so that it takes no effect when it arrives later. An
+	// OpWithdraw with an empty Name takes back Target only: the session
+	// keeps its place in every queue (another call of the session waits
+	// there).
 	Target uint64
 	// Limits are the proposing leader's configured limits, stamped on the
 	// command so that every replica applies it under the same ones: limits

@@ -72,7 +72,9 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	default:
 		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
 	}
-	if cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim {
+	// A withdrawal without a name takes back its target request only.
+	targetOnly := cmd.Op == fsm.OpWithdraw && cmd.Name == "" && cmd.Target != 0
+	if (cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim) && !targetOnly {
 		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"}, nil
 		}
