@@ -64,9 +64,11 @@ func (l *Lock) markLost() {
 // invariant 7): a late or repeated release never frees a newer grant.
 // Lost closes in every case but the ctx one.
 //
-// Errors: ErrNotHeld (the grant is no longer current), ErrLimit (refused:
-// the session has too many requests pending on the cluster; the lock is
-// still held), ErrSessionExpired,
+// Errors: ErrNotHeld (the grant is no longer current), ErrLimit wrapped
+// with ErrUnknownOutcome (refused: the session has too many requests
+// pending on the cluster; the lock stays listed, but another copy of the
+// request may still take effect: calling Release again settles it),
+// ErrSessionExpired,
 // ErrClosed, ErrUnknownOutcome wrapping ctx's error when ctx ended before
 // the answer (the release may or may not have happened; calling Release
 // again settles it).
@@ -85,8 +87,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		return err
 	}
 	if resp.GetCode() == lockpb.Code_CODE_LIMIT {
-		// Refused, nothing changed: the lock is still held.
-		return fmt.Errorf("%w: releasing %q: too many requests of this session pending", ErrLimit, l.name)
+		// Refused: this copy changed nothing, so the lock stays listed.
+		// Another copy of the request (re-sent after a leader change)
+		// may still be applied, so the outcome is not settled.
+		return fmt.Errorf("%w: %w: releasing %q: too many requests of this session pending", ErrUnknownOutcome, ErrLimit, l.name)
 	}
 	s.dropLock(l)
 	l.markLost()

@@ -178,8 +178,8 @@ func TestRefusedWithdrawalAndRelease(t *testing.T) {
 		return &lockpb.Response{Code: lockpb.Code_CODE_OK}, nil
 	}
 	be.mu.Unlock()
-	if err := l1.Release(context.Background()); !errors.Is(err, ErrLimit) {
-		t.Fatalf("a refused Release: %v, want ErrLimit", err)
+	if err := l1.Release(context.Background()); !errors.Is(err, ErrLimit) || !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("a refused Release: %v, want ErrLimit and ErrUnknownOutcome", err)
 	}
 	if closed(l1.Lost()) || len(s.Locks()) != 1 {
 		t.Fatal("a refused Release dropped the lock, which the cluster still holds")

@@ -133,6 +133,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			s.grants[cmd.Session] = byName
 		}
 		byName[cmd.Name] = append(byName[cmd.Name], grantc)
+		s.grantOf[reqc] = grantc
 	}
 	s.mu.Unlock()
 	defer s.unregister(key, reqc, cmd.Session, cmd.Name, grantc)
@@ -212,6 +213,8 @@ func (s *Service) refuse(key reqKey, reqc chan outcome) {
 func (s *Service) unregister(key reqKey, reqc chan outcome, session uint64, name string, grantc chan outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.grantOf, reqc)
+	delete(s.armed, grantc)
 	s.requests[key] = slicesDelete(s.requests[key], reqc)
 	if len(s.requests[key]) == 0 {
 		delete(s.requests, key)

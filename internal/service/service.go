@@ -110,6 +110,11 @@ type Service struct {
 	timers   *timerQueue
 	requests map[reqKey][]chan outcome
 	grants   map[uint64]map[string][]chan outcome
+	// A blocking acquire's grant waiter takes grants only once its own
+	// request has applied queued (armed): a grant to its session before
+	// that belongs to an earlier request, and may be released already.
+	grantOf map[chan outcome]chan outcome // request waiter -> its grant waiter, until the request applies
+	armed   map[chan outcome]bool
 	deferred map[reqKey]deferredAcquire // acquires proposed with ProposeDeferred, not yet applied
 	watchers map[string][]*watcher
 	stopc    chan struct{}
@@ -165,6 +170,8 @@ func New(cfg Config) *Service {
 		requests: make(map[reqKey][]chan outcome),
 		deferred: make(map[reqKey]deferredAcquire),
 		grants:   make(map[uint64]map[string][]chan outcome),
+		grantOf:  make(map[chan outcome]chan outcome),
+		armed:    make(map[chan outcome]bool),
 		watchers: make(map[string][]*watcher),
 		stopc:    make(chan struct{}),
 		runDone:  make(chan struct{}),
@@ -228,12 +235,12 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		for _, ev := range evs {
 			switch ev.Kind {
 			case fsm.EventGranted:
-				s.deliverGrant(ev.Session, ev.Name, outcome{res: fsm.Result{Code: fsm.CodeOK, Token: ev.Token}})
+				s.deliverGrant(ev.Session, ev.Name, outcome{res: fsm.Result{Code: fsm.CodeOK, Token: ev.Token}}, false)
 			case fsm.EventSessionEnded:
 				delete(s.last, ev.Session)
 				delete(s.expiring, ev.Session)
 				for name := range s.grants[ev.Session] {
-					s.deliverGrant(ev.Session, name, outcome{res: fsm.Result{Code: fsm.CodeNoSession}})
+					s.deliverGrant(ev.Session, name, outcome{res: fsm.Result{Code: fsm.CodeNoSession}}, true)
 				}
 			}
 		}
@@ -265,16 +272,34 @@ func (s *Service) deferredDue() bool {
 
 func (s *Service) deliver(k reqKey, res fsm.Result) {
 	for _, c := range s.requests[k] {
+		if g, ok := s.grantOf[c]; ok {
+			delete(s.grantOf, c)
+			if res.Code == fsm.CodeQueued {
+				s.armed[g] = true
+			}
+		}
 		c <- outcome{res: res}
 	}
 	delete(s.requests, k)
 	delete(s.deferred, k)
 }
 
-func (s *Service) deliverGrant(session uint64, name string, o outcome) {
+// deliverGrant answers the grant waiters of (session, name) with o: the
+// armed ones (see Service.armed), or all with all (the session ended).
+func (s *Service) deliverGrant(session uint64, name string, o outcome, all bool) {
 	byName := s.grants[session]
+	kept := byName[name][:0]
 	for _, c := range byName[name] {
+		if !all && !s.armed[c] {
+			kept = append(kept, c)
+			continue
+		}
+		delete(s.armed, c)
 		c <- o
+	}
+	if len(kept) > 0 {
+		byName[name] = kept
+		return
 	}
 	delete(byName, name)
 	if len(byName) == 0 {
@@ -324,6 +349,8 @@ func (s *Service) LeaderLost() {
 		}
 		delete(s.grants, sess)
 	}
+	clear(s.grantOf)
+	clear(s.armed)
 }
 
 // touch records a heartbeat of session id received at now.

@@ -38,7 +38,7 @@ func (s *Service) Restore(index uint64, data []byte) error {
 	for sess := range s.grants {
 		if _, ok := m.Session(sess); !ok {
 			for name := range s.grants[sess] {
-				s.deliverGrant(sess, name, outcome{notLeader: true})
+				s.deliverGrant(sess, name, outcome{notLeader: true}, true)
 			}
 		}
 	}
