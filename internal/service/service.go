@@ -113,8 +113,8 @@ type Service struct {
 	// A blocking acquire's grant waiter takes grants only once its own
 	// request has applied queued (armed): a grant to its session before
 	// that belongs to an earlier request, and may be released already.
-	grantOf map[chan outcome]chan outcome // request waiter -> its grant waiter, until the request applies
-	armed   map[chan outcome]bool
+	grantOf  map[chan outcome]chan outcome // request waiter -> its grant waiter, until the request applies
+	armed    map[chan outcome]bool
 	deferred map[reqKey]deferredAcquire // acquires proposed with ProposeDeferred, not yet applied
 	watchers map[string][]*watcher
 	stopc    chan struct{}
