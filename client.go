@@ -122,7 +122,7 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 			_, err = lockpb.NewLockClient(cc).Status(actx, &lockpb.StatusRequest{})
 			cancel()
 			if err == nil {
-				go c.hb.run()
+				c.hb.start()
 				return c, nil
 			}
 		}

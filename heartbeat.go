@@ -83,9 +83,12 @@ func (h *heartbeater) background(f func()) {
 
 func (h *heartbeater) wait() { h.wg.Wait() }
 
+// start runs the heartbeat loop in a goroutine that wait waits for (the
+// Add before the goroutine starts, so that a wait right after start does
+// not miss it).
+func (h *heartbeater) start() { h.background(h.run) }
+
 func (h *heartbeater) run() {
-	h.wg.Add(1)
-	defer h.wg.Done()
 	for {
 		now := h.clk.Now()
 		due, next := h.collect(now)

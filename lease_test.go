@@ -93,7 +93,7 @@ func newLeaseHarness(t *testing.T, ack bool) (*fakeBackend, *clock.Manual, *Sess
 	be := &fakeBackend{clk: clk, ack: ack}
 	closed := make(chan struct{})
 	hb := newHeartbeater(be, clk, closed)
-	go hb.run()
+	hb.start()
 	t.Cleanup(func() { close(closed); hb.wait() })
 	s, err := openSession(context.Background(), be, hb, clk, 3*time.Second, 256)
 	if err != nil {

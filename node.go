@@ -220,7 +220,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}()
 	n.raft.Start()
 	go n.svc.Run()
-	go n.hb.run()
+	n.hb.start()
 	n.log.Info("replica started", zap.String("addr", lis.Addr().String()), zap.Int("members", len(cfg.Peers)))
 	return n, nil
 }

@@ -94,20 +94,22 @@ func TestAcquireAnsweredWithAReleasedGrant(t *testing.T) {
 	}
 }
 
-// Two waiting Acquire calls of one session share its place in the lock's
-// queue: when one stops waiting, it leaves the place to the other rather
-// than withdrawing it; the last one to stop withdraws.
-func TestConcurrentWaitsShareTheQueuePlace(t *testing.T) {
-	be, _, s := newLeaseHarness(t, true)
-	var seen ops
-	grant := make(chan struct{})
+// queuedBehindAnother makes be answer as a cluster where another session
+// holds every lock: an acquire waits until *grant closes (then it is
+// granted token 7) or its ctx ends; a withdrawal is answered withdrawn.
+// seen records the requests.
+func queuedBehindAnother(be *fakeBackend, seen *ops, grant *chan struct{}) {
 	be.mu.Lock()
+	defer be.mu.Unlock()
 	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 		seen.add(req)
 		switch req.GetOp() {
-		case lockpb.Op_OP_ACQUIRE: // queued behind another session
+		case lockpb.Op_OP_ACQUIRE:
+			be.mu.Lock()
+			g := *grant
+			be.mu.Unlock()
 			select {
-			case <-grant:
+			case <-g:
 				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -117,43 +119,65 @@ func TestConcurrentWaitsShareTheQueuePlace(t *testing.T) {
 		}
 		return nil, errors.New("unexpected request")
 	}
-	be.mu.Unlock()
+}
 
-	first := make(chan error, 1)
-	go func() {
-		l, err := s.Acquire(context.Background(), "x")
-		if err == nil && l.Token() != 7 {
-			err = errors.New("wrong grant")
-		}
-		first <- err
-	}()
-	eventually(t, "the first acquire in flight", func() bool { return seen.count(lockpb.Op_OP_ACQUIRE) == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := s.Acquire(ctx, "x")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the second Acquire after its deadline: %v", err)
-	}
-	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
-		t.Fatalf("the second Acquire withdrew the place the first still waits in (%d withdrawals)", n)
-	}
-	if n := seen.count(takeBack); n != 1 {
-		t.Fatalf("the second Acquire took back its own request %d times, want 1", n)
-	}
-	close(grant)
-	if err := <-first; err != nil {
-		t.Fatalf("the first Acquire: %v", err)
-	}
+// Two waiting Acquire calls of one session share its place in the lock's
+// queue: when one stops waiting, it leaves the place to the other rather
+// than withdrawing it (it takes back its own request only); so does a
+// TryAcquire that stops waiting beside a waiting call. The last one to
+// stop withdraws.
+func TestConcurrentWaitsShareTheQueuePlace(t *testing.T) {
+	for _, second := range []struct {
+		name string
+		call func(s *Session, ctx context.Context) error
+	}{
+		{"Acquire", func(s *Session, ctx context.Context) error { _, err := s.Acquire(ctx, "x"); return err }},
+		{"TryAcquire", func(s *Session, ctx context.Context) error { _, err := s.TryAcquire(ctx, "x"); return err }},
+	} {
+		t.Run(second.name, func(t *testing.T) {
+			be, _, s := newLeaseHarness(t, true)
+			var seen ops
+			grant := make(chan struct{})
+			queuedBehindAnother(be, &seen, &grant)
+			first := make(chan error, 1)
+			go func() {
+				l, err := s.Acquire(context.Background(), "x")
+				if err == nil && l.Token() != 7 {
+					err = errors.New("wrong grant")
+				}
+				first <- err
+			}()
+			eventually(t, "the first acquire in flight", func() bool { return seen.count(lockpb.Op_OP_ACQUIRE) == 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			err := second.call(s, ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the second call after its deadline: %v", err)
+			}
+			if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
+				t.Fatalf("the second call withdrew the place the first still waits in (%d withdrawals)", n)
+			}
+			if n := seen.count(takeBack); n != 1 {
+				t.Fatalf("the second call took back its own request %d times, want 1", n)
+			}
+			close(grant)
+			if err := <-first; err != nil {
+				t.Fatalf("the first Acquire: %v", err)
+			}
 
-	// Alone, a call that stops waiting withdraws.
-	grant = make(chan struct{})
-	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := s.Acquire(ctx, "y"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a lone Acquire after its deadline: %v", err)
-	}
-	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 1 {
-		t.Fatalf("a lone Acquire that stopped waiting sent %d withdrawals, want 1", n)
+			// Alone, a call that stops waiting withdraws.
+			be.mu.Lock()
+			grant = make(chan struct{})
+			be.mu.Unlock()
+			ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if _, err := s.Acquire(ctx, "y"); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a lone Acquire after its deadline: %v", err)
+			}
+			if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 1 {
+				t.Fatalf("a lone Acquire that stopped waiting sent %d withdrawals, want 1", n)
+			}
+		})
 	}
 }
 
@@ -245,53 +269,5 @@ func TestNextSeqListsRequestsInFlight(t *testing.T) {
 	req := over.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE})
 	if req.GetSeq() != over.seq || req.GetDone() != over.done || req.GetListed() {
 		t.Fatalf("request %v from %+v", req, over)
-	}
-}
-
-// A TryAcquire that stops waiting for its answer while a waiting Acquire
-// of the same session waits for the lock does not withdraw the session's
-// place either: it is the waiting call's.
-func TestTryGivingUpKeepsTheWaiter(t *testing.T) {
-	be, _, s := newLeaseHarness(t, true)
-	var seen ops
-	grant := make(chan struct{})
-	be.mu.Lock()
-	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		seen.add(req)
-		switch req.GetOp() {
-		case lockpb.Op_OP_ACQUIRE: // the waiting call's grant, or a slow try
-			select {
-			case <-grant:
-				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		case lockpb.Op_OP_WITHDRAW:
-			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-		}
-		return nil, errors.New("unexpected request")
-	}
-	be.mu.Unlock()
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Acquire(context.Background(), "x")
-		first <- err
-	}()
-	eventually(t, "the waiting acquire in flight", func() bool { return seen.count(lockpb.Op_OP_ACQUIRE) == 1 })
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := s.TryAcquire(ctx, "x")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the try after its deadline: %v", err)
-	}
-	if n := seen.count(lockpb.Op_OP_WITHDRAW); n != 0 {
-		t.Fatalf("the try withdrew the place the waiting call waits in (%d withdrawals)", n)
-	}
-	if n := seen.count(takeBack); n != 1 {
-		t.Fatalf("the try took back its own request %d times, want 1", n)
-	}
-	close(grant)
-	if err := <-first; err != nil {
-		t.Fatalf("the waiting Acquire: %v", err)
 	}
 }

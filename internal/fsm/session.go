@@ -52,14 +52,8 @@ func (s *session) find(seq uint64) (int, bool) {
 // retired reports whether seq is finished for the client: its outcome is
 // forgotten and a command with it takes no effect (CodeInvalid).
 func (s *session) retired(seq uint64) bool {
-	if seq < s.done {
-		return true
-	}
-	if seq >= s.hi {
-		return false
-	}
-	_, hole := slices.BinarySearch(s.holes, seq)
-	return !hole
+	r := retirement{done: s.done, hi: s.hi, holes: s.holes}
+	return r.retires(seq)
 }
 
 // retirement is what applying a command does to a session's retired
