@@ -374,21 +374,57 @@ func (s *Session) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 type acquireCalls struct {
 	n        int   // calls in flight
 	waiting  int   // of them, calls that queue (not try)
-	leaving  int   // of those, calls that stopped waiting and left the place to the others
+	leaving  int   // of those, calls that stopped waiting (they left the place to the others, or withdraw it)
 	released Token // the highest token of the name released (or found lost) while calls were in flight
+	// settlers counts calls withdrawing the session's place by name now;
+	// settled is closed when that drops to 0. A new waiting call waits for
+	// it: its acquire, applied before the withdrawal, would lose its place
+	// to it, and applied after one, would not be seen by the call that
+	// withdraws.
+	settlers int
+	settled  chan struct{}
 }
 
-func (s *Session) enterAcquire(name string, wait bool) {
+// enterAcquire registers an acquire call of name (wait: one that queues).
+// A waiting call first waits until no call withdraws the session's place
+// in name's queue; it returns ctx's error if ctx ends meanwhile.
+func (s *Session) enterAcquire(ctx context.Context, name string, wait bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		c := s.acquiring[name]
+		if c == nil {
+			c = &acquireCalls{}
+			s.acquiring[name] = c
+		}
+		if !wait || c.settlers == 0 {
+			c.n++
+			if wait {
+				c.waiting++
+			}
+			return nil
+		}
+		settled := c.settled
+		s.mu.Unlock()
+		select {
+		case <-settled:
+			s.mu.Lock()
+		case <-ctx.Done():
+			s.mu.Lock()
+			return ctx.Err()
+		}
+	}
+}
+
+// settledPlace ends a withdrawal of the session's place in name's queue
+// (see leaveQueue).
+func (s *Session) settledPlace(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.acquiring[name]
-	if c == nil {
-		c = &acquireCalls{}
-		s.acquiring[name] = c
-	}
-	c.n++
-	if wait {
-		c.waiting++
+	if c.settlers--; c.settlers == 0 {
+		close(c.settled)
+		c.settled = nil
 	}
 }
 
@@ -408,10 +444,12 @@ func (s *Session) exitAcquire(name string, wait, left bool) {
 	}
 }
 
-// leaveQueue reports whether an acquire call of name (a waiting one, or a
-// try) that stopped waiting leaves the session's place in the queue to
-// another call of the session that still waits there: then it must not
-// withdraw it.
+// leaveQueue decides for an acquire call of name (a waiting one, or a
+// try) that stopped waiting: it leaves the session's place in the queue to
+// another call of the session that still waits there (true: it must not
+// withdraw the place), or it withdraws the place (false: then it counts as
+// a settler until settledPlace, and new waiting calls wait for it). A
+// waiting call counts as leaving either way.
 func (s *Session) leaveQueue(name string, wait bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -419,14 +457,15 @@ func (s *Session) leaveQueue(name string, wait bool) bool {
 	others := c.waiting - c.leaving
 	if wait {
 		others-- // itself
-	}
-	if others <= 0 {
-		return false
-	}
-	if wait {
 		c.leaving++
 	}
-	return true
+	if others > 0 {
+		return true
+	}
+	if c.settlers++; c.settlers == 1 {
+		c.settled = make(chan struct{})
+	}
+	return false
 }
 
 // acquire takes the lock (or role) key, a checked name; value is kept with
@@ -435,12 +474,14 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
+	if err := s.enterAcquire(ctx, name, !try); err != nil {
+		return nil, err
+	}
+	left := false
+	defer func() { s.exitAcquire(name, !try, left) }()
 	q := s.nextSeq()
 	seq := q.seq
 	defer s.finish(seq)
-	s.enterAcquire(name, !try)
-	left := false
-	defer func() { s.exitAcquire(name, !try, left) }()
 	// Stop waiting a little before the caller's deadline, so that settling
 	// the outcome fits within it.
 	wctx, cancel := s.waitContext(ctx)
@@ -448,15 +489,16 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	resp, err := s.call(wctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value}))
 	if err != nil {
 		if wctx.Err() != nil && s.Err() == nil {
+			left = !try
 			if s.leaveQueue(name, !try) {
 				// Another call of this session waits for the lock in the
 				// same place; it settles the place when it stops waiting.
 				// This request only is taken back, so that a late copy of
 				// it (still on its way to the leader) cannot queue the
 				// session again after that.
-				left = !try
 				return s.settle(ctx, "", seq)
 			}
+			defer s.settledPlace(name)
 			return s.settle(ctx, name, seq)
 		}
 		return nil, err

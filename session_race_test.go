@@ -3,11 +3,13 @@ package quorumlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
@@ -270,4 +272,118 @@ func TestNextSeqListsRequestsInFlight(t *testing.T) {
 	if req.GetSeq() != over.seq || req.GetDone() != over.done || req.GetListed() {
 		t.Fatalf("request %v from %+v", req, over)
 	}
+}
+
+// While a call withdraws the session's place in a lock's queue by name, a
+// new Acquire of that lock waits for the withdrawal before it sends its
+// request: applied before it, the request would lose its place to the
+// withdrawal and wait for a grant that never comes; applied after the
+// withdrawal decision but counted as a waiter by the withdrawing call, it
+// could be left queued with no call waiting (both found by a review).
+// Here behind a real fsm: the new call is queued after the withdrawal and
+// granted when the holder releases.
+func TestNewAcquireWaitsForAWithdrawal(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	var mu sync.Mutex
+	m := fsm.New(fsm.Limits{})
+	var index uint64
+	apply := func(c *fsm.Command) (fsm.Result, []fsm.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		index++
+		return m.Apply(index, 1, c)
+	}
+	r, _ := apply(&fsm.Command{Op: fsm.OpOpenSession, TTL: int64(time.Minute)})
+	other := r.Session
+	r, _ = apply(&fsm.Command{Op: fsm.OpOpenSession, TTL: int64(time.Minute)})
+	sid := r.Session
+	held, _ := apply(&fsm.Command{Op: fsm.OpAcquire, Session: other, Seq: 1, Name: "x"})
+	var order []string // the session's requests, as applied
+	gate := make(chan struct{})
+	granted := make(chan uint64, 1)
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		if req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() != "" {
+			<-gate // the withdrawal is slow to apply
+		}
+		res, _ := apply(toCommand(sid, req))
+		mu.Lock()
+		order = append(order, fmt.Sprintf("%v/%d", req.GetOp(), req.GetSeq()))
+		mu.Unlock()
+		if req.GetOp() == lockpb.Op_OP_ACQUIRE && res.Code == fsm.CodeQueued {
+			select {
+			case tok := <-granted:
+				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return fsmResponse(res), nil
+	}
+	be.mu.Unlock()
+
+	bctx, bcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer bcancel()
+	berr := make(chan error, 1)
+	go func() { _, err := s.Acquire(bctx, "x"); berr <- err }()
+	eventually(t, "B's withdrawal sent", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c := s.acquiring["x"]
+		return c != nil && c.settlers == 1
+	})
+	aerr := make(chan error, 1)
+	var alock *Lock
+	go func() {
+		l, err := s.Acquire(context.Background(), "x")
+		alock = l
+		aerr <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	sent := len(order)
+	mu.Unlock()
+	if sent != 1 { // B's acquire only
+		t.Fatalf("requests applied while B withdraws: %v", order)
+	}
+	close(gate)
+	if err := <-berr; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("B: %v", err)
+	}
+	eventually(t, "A queued", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(m.Holder("x").Waiters, sid)
+	})
+	rel, ev := apply(&fsm.Command{Op: fsm.OpRelease, Session: other, Seq: 2, Name: "x", Token: held.Token})
+	if rel.Code != fsm.CodeOK || len(ev) != 1 || ev[0].Session != sid {
+		t.Fatalf("release: %+v %+v", rel, ev)
+	}
+	granted <- ev[0].Token
+	if err := <-aerr; err != nil {
+		t.Fatalf("A: %v (applied: %v)", err, order)
+	}
+	if alock.Token() != Token(ev[0].Token) || !hasLock(s, "x") {
+		t.Fatalf("A holds token %d, the cluster granted %d", alock.Token(), ev[0].Token)
+	}
+}
+
+// fsmResponse is the service's answer for an fsm result.
+func fsmResponse(r fsm.Result) *lockpb.Response {
+	resp := &lockpb.Response{Token: r.Token, Session: r.Session}
+	switch r.Code {
+	case fsm.CodeOK:
+		resp.Code = lockpb.Code_CODE_OK
+	case fsm.CodeQueued:
+		resp.Code, resp.Queued = lockpb.Code_CODE_OK, true
+	case fsm.CodeWithdrawn:
+		resp.Code = lockpb.Code_CODE_WITHDRAWN
+	case fsm.CodeNotHeld:
+		resp.Code = lockpb.Code_CODE_NOT_HELD
+	case fsm.CodeLimit:
+		resp.Code = lockpb.Code_CODE_LIMIT
+	default:
+		resp.Code = lockpb.Code_CODE_INVALID
+	}
+	return resp
 }
