@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/internal/service"
 )
 
 // ops records the requests a handler saw, by op; a withdrawal without a
@@ -318,7 +319,7 @@ func TestNewAcquireWaitsForAWithdrawal(t *testing.T) {
 				return nil, ctx.Err()
 			}
 		}
-		return fsmResponse(res), nil
+		return service.ResponseOf(res), nil
 	}
 	be.mu.Unlock()
 
@@ -366,24 +367,4 @@ func TestNewAcquireWaitsForAWithdrawal(t *testing.T) {
 	if alock.Token() != Token(ev[0].Token) || !hasLock(s, "x") {
 		t.Fatalf("A holds token %d, the cluster granted %d", alock.Token(), ev[0].Token)
 	}
-}
-
-// fsmResponse is the service's answer for an fsm result.
-func fsmResponse(r fsm.Result) *lockpb.Response {
-	resp := &lockpb.Response{Token: r.Token, Session: r.Session}
-	switch r.Code {
-	case fsm.CodeOK:
-		resp.Code = lockpb.Code_CODE_OK
-	case fsm.CodeQueued:
-		resp.Code, resp.Queued = lockpb.Code_CODE_OK, true
-	case fsm.CodeWithdrawn:
-		resp.Code = lockpb.Code_CODE_WITHDRAWN
-	case fsm.CodeNotHeld:
-		resp.Code = lockpb.Code_CODE_NOT_HELD
-	case fsm.CodeLimit:
-		resp.Code = lockpb.Code_CODE_LIMIT
-	default:
-		resp.Code = lockpb.Code_CODE_INVALID
-	}
-	return resp
 }

@@ -174,7 +174,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			return s.notLeader(), nil
 		}
 	}
-	return response(o.res), nil
+	return ResponseOf(o.res), nil
 }
 
 // MaxListed bounds the requests in flight a request may list
@@ -251,7 +251,8 @@ func (s *Service) notLeader() *lockpb.Response {
 	return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}
 }
 
-func response(r fsm.Result) *lockpb.Response {
+// ResponseOf is the answer to a request whose command had result r.
+func ResponseOf(r fsm.Result) *lockpb.Response {
 	resp := &lockpb.Response{Token: r.Token, Session: r.Session}
 	switch r.Code {
 	case fsm.CodeOK:
