@@ -104,6 +104,33 @@ func TestResignRetriesSilentTransferee(t *testing.T) {
 	fs := c.others(lead) // ascending: the lower ID wins a tie
 	down, up := fs[0], fs[1]
 
+	// Both followers must have acknowledged the leader's last entry (equal
+	// match: the tie goes to down) before down crashes: an entry, each
+	// follower's acknowledgement of it seen on the wire, then a ReadIndex
+	// round, which the leader's loop serves after the acknowledgements
+	// queued before it.
+	var acked sync.Map
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if m.GetTo() == lead && m.GetType() == raftpb.MessageType_MsgAppResp && !m.GetReject() {
+			acked.Store(from, m.GetIndex())
+		}
+		return true
+	})
+	c.propose(lead, "before the crash")
+	c.waitApplied("before the crash", lead)
+	last := c.sms[lead].indexOf("before the crash")
+	c.tickUntil("both followers acknowledge the last entry", func() bool {
+		for _, id := range fs {
+			if i, ok := acked.Load(id); !ok || i.(uint64) < last {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := c.nodes[lead].ReadIndex(testCtx(t)); err != nil {
+		t.Fatalf("ReadIndex: %v", err)
+	}
+
 	var timeoutNowToDown atomic.Bool
 	c.setHook(func(from uint64, m *raftpb.Message) bool {
 		if from == down || m.GetTo() == down {
