@@ -120,20 +120,19 @@ func (s *session) plan(seq, done uint64, listed bool, pending []uint64) retireme
 	return r
 }
 
-// entries counts what s keeps after r and the outcomes of seqs (the
-// command's own, a target it records): each kept outcome, each hole, each
-// of seqs, once per sequence number (MaxPendingPerSession bounds it).
+// entries counts what s keeps after r, once per sequence number: each kept
+// outcome, each hole without one, and each of seqs (the command's own, a
+// target it records), which have no outcome yet (MaxPendingPerSession
+// bounds it).
 func (s *session) entries(r *retirement, seqs ...uint64) int {
 	n := r.kept
 	for _, h := range r.holes {
-		if at, ok := s.find(h); !ok || r.retires(s.outcomes[at].seq) {
+		if _, ok := s.find(h); !ok {
 			n++
 		}
 	}
-	for i, q := range seqs {
-		_, hole := slices.BinarySearch(r.holes, q)
-		_, had := s.find(q)
-		if !hole && !had && !slices.Contains(seqs[:i], q) {
+	for _, q := range seqs {
+		if _, hole := slices.BinarySearch(r.holes, q); !hole {
 			n++
 		}
 	}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -87,7 +88,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		// this one is retired (fsm.Command.Listed).
 		p := req.GetPending()
 		if len(p) > MaxListed || !strictlyBelow(p, cmd.Seq) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "pending: more than 32, not increasing, or not below seq"}, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}, nil
 		}
 		cmd.Listed, cmd.Pending = true, p
 	}
@@ -197,16 +198,24 @@ func strictlyBelow(p []uint64, seq uint64) bool {
 func (s *Service) refuse(key reqKey, reqc chan outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dropRequest(key, reqc) {
+		reqc <- outcome{notLeader: true}
+	} // else answered already (an earlier copy of the request applied)
+}
+
+// dropRequest removes the waiter reqc of the request key and reports
+// whether it was still registered. s.mu must be held.
+func (s *Service) dropRequest(key reqKey, reqc chan outcome) bool {
 	cs := s.requests[key]
 	if !slices.Contains(cs, reqc) {
-		return // answered already (an earlier copy of the request applied)
+		return false
 	}
 	s.requests[key] = slicesDelete(cs, reqc)
 	if len(s.requests[key]) == 0 {
 		delete(s.requests, key)
 		delete(s.deferred, key)
 	}
-	reqc <- outcome{notLeader: true}
+	return true
 }
 
 // unregister drops waiters that were not answered.
@@ -215,11 +224,7 @@ func (s *Service) unregister(key reqKey, reqc chan outcome, session uint64, name
 	defer s.mu.Unlock()
 	delete(s.grantOf, reqc)
 	delete(s.armed, grantc)
-	s.requests[key] = slicesDelete(s.requests[key], reqc)
-	if len(s.requests[key]) == 0 {
-		delete(s.requests, key)
-		delete(s.deferred, key)
-	}
+	s.dropRequest(key, reqc)
 	if grantc != nil {
 		if byName := s.grants[session]; byName != nil {
 			byName[name] = slicesDelete(byName[name], grantc)
