@@ -345,8 +345,10 @@ func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Respon
 //
 // Calls of one session for the same name share the session's place in the
 // queue: when one stops waiting while another still waits, it leaves the
-// place to it. An Acquire answered with a grant that a concurrent Release
-// of this session freed returns ErrNotHeld.
+// place to it (taking back only its own request), and while one withdraws
+// the place, a new call waits for the withdrawal before it queues. An
+// Acquire answered with a grant that a concurrent Release of this session
+// freed returns ErrNotHeld.
 //
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
 // ctx's error.
