@@ -25,6 +25,12 @@ type ReplicaStatus struct {
 // term, commit and applied indexes), each within ctx.
 func (c *Client) Status(ctx context.Context) []ReplicaStatus {
 	out := make([]ReplicaStatus, len(c.addrs))
+	if c.isClosed() {
+		for i, addr := range c.addrs {
+			out[i] = ReplicaStatus{Addr: addr, Err: ErrClosed}
+		}
+		return out
+	}
 	done := make(chan struct{}, len(c.addrs))
 	for i, addr := range c.addrs {
 		go func() {

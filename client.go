@@ -101,6 +101,12 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return nil, invalid("WithSessionTTL", "%v is outside [%v, %v]", o.ttl, MinSessionTTL, MaxSessionTTL)
 	}
+	if o.settle <= 0 {
+		return nil, invalid("WithElectionTimeout", "%v must be positive", o.settle)
+	}
+	if o.clk == nil {
+		return nil, invalid("WithClock", "nil clock")
+	}
 	o.attemptLimit = 2 * o.settle
 	c := &Client{
 		opts:        o,

@@ -206,10 +206,11 @@ func (c *Config) validate() error {
 		if err != nil {
 			return invalid("Peers", "member %d: address %q: %v", id, addr, err)
 		}
-		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 || (p == 0 && (id != c.ID || c.Listener == nil)) {
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 || (p == 0 && (id != c.ID || c.Listener == nil)) {
 			return invalid("Peers", "member %d: address %q has no usable port", id, addr)
 		}
-		key := net.JoinHostPort(host, port)
+		key := net.JoinHostPort(host, strconv.Itoa(p))
 		if other, dup := seen[key]; dup {
 			return invalid("Peers", "members %d and %d share address %q", other, id, addr)
 		}
@@ -232,6 +233,10 @@ func (c *Config) validate() error {
 	}
 	if c.ElectionTicks < 3 {
 		return invalid("ElectionTicks", "%d is below 3", c.ElectionTicks)
+	}
+	if int64(c.ElectionTicks) > int64(MaxSessionTTL/c.TickInterval) {
+		// Also keeps TickInterval x ElectionTicks from overflowing.
+		return invalid("ElectionTicks", "%d ticks of %v exceed %v", c.ElectionTicks, c.TickInterval, MaxSessionTTL)
 	}
 	if et := c.electionTimeout(); et*2 >= c.SessionTTL {
 		return invalid("ElectionTicks", "election timeout %v must be below half the SessionTTL %v, or sessions expire during elections", et, c.SessionTTL)

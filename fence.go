@@ -35,6 +35,9 @@ func (f *Fence) Admit(resource string, t Token) error {
 	if h := f.highest[resource]; t < h {
 		return fmt.Errorf("%w: token %d for %q is below %d", ErrStaleToken, t, resource, h)
 	}
+	if f.highest == nil {
+		f.highest = make(map[string]Token) // a zero Fence is ready to use
+	}
 	f.highest[resource] = t
 	return nil
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -45,7 +46,12 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	switch req.GetOp() {
 	case lockpb.Op_OP_OPEN_SESSION:
 		cmd.Op = fsm.OpOpenSession
-		cmd.TTL = int64(time.Duration(req.GetTtlMs()) * time.Millisecond)
+		// Bound ttl_ms before scaling it: a product that overflows could
+		// wrap into [MinTTL, MaxTTL]. Out of range: -1, which Apply refuses.
+		cmd.TTL = -1
+		if ms := req.GetTtlMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+			cmd.TTL = int64(time.Duration(ms) * time.Millisecond)
+		}
 		// Every replica applies it under this leader's limits (see
 		// fsm.Command.Limits).
 		cmd.Limits.MaxSessions = uint64(s.lim.MaxSessions)
