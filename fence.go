@@ -16,7 +16,7 @@ type Token uint64
 // Fence is the check a protected resource runs: it admits an operation only
 // if its token is at least the highest token admitted before for the same
 // resource. A Fence lives with the resource, not with the lock service. It is
-// safe for concurrent use.
+// safe for concurrent use; the zero Fence is empty and ready to use.
 type Fence struct {
 	mu      sync.Mutex
 	highest map[string]Token
