@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -163,6 +164,14 @@ func (s *propStream) failure() error {
 }
 
 // sendLoop sends the queued calls, as many per message as fit.
+//
+// Woken by the first call, it yields its processor once before taking the
+// queue: callers are woken together (by one message of answers, or one
+// apply on this replica), and without the yield each one's call went out
+// alone, about 1.05 calls per message in uncontended_256, each paying
+// gRPC's framing, a write and a read. With it: 8-9 calls per message and
+// 12% less process CPU per cycle (the benchmark's A/B, docs/architecture.md).
+// With a processor idle the yield returns at once.
 func (s *propStream) sendLoop(ctx context.Context, st lockpb.Lock_ProposeStreamClient) {
 	for {
 		select {
@@ -170,6 +179,7 @@ func (s *propStream) sendLoop(ctx context.Context, st lockpb.Lock_ProposeStreamC
 		case <-ctx.Done():
 			return
 		}
+		runtime.Gosched()
 		s.mu.Lock()
 		batch := s.queue
 		s.queue = nil
