@@ -140,13 +140,18 @@ func (c *Client) read(ctx context.Context, f func(context.Context, lockpb.LockCl
 // view of time is not consulted, so use it only when the holder is known to
 // be gone or the resource is fenced. Errors: ErrSessionExpired if no such
 // session is live, ErrClosed, ctx's error.
+//
+// A revoke carries no (session, seq) of its own, so a retry is a new
+// command: when an attempt whose answer was lost may have revoked the
+// session and the retry finds it gone, RevokeSession returns nil (the
+// session is gone either way), not ErrSessionExpired.
 func (c *Client) RevokeSession(ctx context.Context, id uint64) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
-	resp, err := c.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_REVOKE, Session: id})
+	resp, uncertain, err := c.proposeTracked(ctx, &lockpb.Request{Op: lockpb.Op_OP_REVOKE, Session: id})
 	if err != nil {
 		return c.ctxErr(ctx, err)
 	}
@@ -154,6 +159,9 @@ func (c *Client) RevokeSession(ctx context.Context, id uint64) error {
 	case lockpb.Code_CODE_OK:
 		return nil
 	case lockpb.Code_CODE_NO_SESSION:
+		if uncertain {
+			return nil
+		}
 		return fmt.Errorf("%w: no live session %d", ErrSessionExpired, id)
 	}
 	return fmt.Errorf("quorumlock: revoke %d: %s", id, resp.GetCode())

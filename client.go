@@ -462,15 +462,23 @@ func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.C
 
 // propose implements backend.
 func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-	var resp *lockpb.Response
+	resp, _, err := c.proposeTracked(ctx, req)
+	return resp, err
+}
+
+// proposeTracked is propose that also reports whether an attempt before
+// the answered one may have taken effect (it was sent, and failed or timed
+// out before its answer came).
+func (c *Client) proposeTracked(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, uncertain bool, err error) {
 	blocking := req.GetOp() == lockpb.Op_OP_ACQUIRE && !req.GetTry()
-	err := c.retryPropose(ctx, blocking, func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error) {
+	err = c.retryPropose(ctx, blocking, func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error) {
 		ps, err := c.propStream(actx, moved, addr, cc)
 		if err != nil {
 			return false, err
 		}
 		r, err := ps.call(actx, moved, req)
 		if err != nil {
+			uncertain = true
 			return false, err
 		}
 		switch r.GetCode() {
@@ -488,7 +496,7 @@ func (c *Client) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Resp
 		resp = r
 		return true, nil
 	})
-	return resp, err
+	return resp, uncertain, err
 }
 
 // retryPropose is retry for proposals: a blocking acquire may wait at the

@@ -154,9 +154,13 @@ func (l *Leadership) Context() context.Context { return l.ctx }
 
 // Resign gives up the leadership: the next candidate is elected with a
 // larger epoch. With Node.Elect, the dedicated session is closed too. Done
-// closes whatever the outcome. Errors as for Lock.Release (ErrNotHeld if
-// the leadership was already lost).
+// closes at once, before the release is sent (so before the next candidate
+// can be elected), whatever the outcome. Errors as for Lock.Release
+// (ErrNotHeld if the leadership was already lost).
 func (l *Leadership) Resign(ctx context.Context) error {
+	// Done closes before the release can elect the next candidate: the
+	// leader's work (under Context) must have been told to stop first.
+	l.cancel()
 	defer l.end()
 	if l.owned {
 		return l.s.Close(ctx)

@@ -37,11 +37,21 @@ func newHeartbeater(be backend, clk clock.Clock, closed <-chan struct{}) *heartb
 	}
 }
 
-func (h *heartbeater) add(s *Session) {
+// add starts heartbeating s. It reports false, and adds nothing, once the
+// Node or Client is closing: loseAll (which runs after closed closes, under
+// h.mu) has ended the sessions it knew, and would miss s.
+func (h *heartbeater) add(s *Session) bool {
 	h.mu.Lock()
+	select {
+	case <-h.closed:
+		h.mu.Unlock()
+		return false
+	default:
+	}
 	h.sessions[s.id] = s
 	h.mu.Unlock()
 	h.poke()
+	return true
 }
 
 func (h *heartbeater) remove(s *Session) {

@@ -51,6 +51,11 @@ func (l *Lock) Lost() <-chan struct{} {
 func (l *Lock) markLost() {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
+	l.markLostLocked()
+}
+
+// markLostLocked is markLost with l.s.mu held.
+func (l *Lock) markLostLocked() {
 	if !l.gone {
 		l.gone = true
 		if l.lost != nil {

@@ -123,7 +123,13 @@ func openSession(ctx context.Context, be backend, hb *heartbeater, clk clock.Clo
 	s.deadline = sent.Add(ttl - leaseMargin(ttl))
 	s.armLocked()
 	s.mu.Unlock()
-	hb.add(s)
+	if !hb.add(s) {
+		// Closed while the session was being opened: it ends here, like
+		// every session of the closing Node or Client (on the cluster it
+		// expires after its TTL).
+		s.end(ErrClosed, false)
+		return nil, ErrClosed
+	}
 	return s, nil
 }
 
@@ -604,8 +610,14 @@ func (s *Session) granted(name string, t Token) (*Lock, error) {
 	if c := s.acquiring[name]; c != nil && t <= c.released {
 		return nil, fmt.Errorf("%w: %q: the grant (token %d) was freed by a concurrent Release", ErrNotHeld, name, t)
 	}
-	if l, ok := s.locks[name]; ok && l.token == t {
-		return l, nil
+	if l, ok := s.locks[name]; ok {
+		if l.token == t {
+			return l, nil
+		}
+		// A session holds one grant of a name at a time: the grant l
+		// stood for is gone (released by a call whose answer was lost).
+		// Its Lost closes now; dropped from s.locks, end would miss it.
+		l.markLostLocked()
 	}
 	l := &Lock{s: s, name: name, token: t}
 	s.locks[name] = l
