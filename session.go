@@ -301,7 +301,22 @@ func (s *Session) finish(seq uint64) {
 // context.AfterFunc on a session context per call cost an allocation and a
 // registration under that context's lock for every request.
 func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-	cctx, cancel := context.WithCancel(ctx)
+	resp, _, err := s.callUntil(ctx, time.Time{}, req)
+	return resp, err
+}
+
+// callUntil is call that also stops waiting at stop (zero: never), before
+// ctx ends. stopped reports that the call ended because stop passed or ctx
+// ended, with the session still live (the outcome of req is then unknown).
+// One context serves both the early stop and the session's end.
+func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Request) (resp *lockpb.Response, stopped bool, err error) {
+	var cctx context.Context
+	var cancel context.CancelFunc
+	if stop.IsZero() {
+		cctx, cancel = context.WithCancel(ctx)
+	} else {
+		cctx, cancel = context.WithDeadline(ctx, stop)
+	}
 	defer cancel()
 	seq := req.GetSeq()
 	s.mu.Lock()
@@ -316,21 +331,22 @@ func (s *Session) call(ctx context.Context, req *lockpb.Request) (*lockpb.Respon
 		delete(s.calls, seq)
 		s.mu.Unlock()
 	}()
-	resp, err := s.be.propose(cctx, req)
+	resp, err = s.be.propose(cctx, req)
 	if err != nil {
 		if cause := s.Err(); cause != nil {
-			return nil, cause
+			return nil, false, cause
 		}
+		stopped = cctx.Err() != nil
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, stopped, ctx.Err()
 		}
-		return nil, err
+		return nil, stopped, err
 	}
 	if resp.GetCode() == lockpb.Code_CODE_NO_SESSION {
 		s.end(errExpiredOnCluster, false)
-		return nil, errExpiredOnCluster
+		return nil, false, errExpiredOnCluster
 	}
-	return resp, nil
+	return resp, false, nil
 }
 
 // Acquire takes the lock name for this session, waiting in FIFO order behind
@@ -492,11 +508,9 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	defer s.finish(seq)
 	// Stop waiting a little before the caller's deadline, so that settling
 	// the outcome fits within it.
-	wctx, cancel := s.waitContext(ctx)
-	defer cancel()
-	resp, err := s.call(wctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value}))
+	resp, stopped, err := s.callUntil(ctx, s.waitUntil(ctx), q.request(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value}))
 	if err != nil {
-		if wctx.Err() != nil && s.Err() == nil {
+		if stopped && s.Err() == nil {
 			left = !try
 			if s.leaveQueue(name, !try) {
 				// Another call of this session waits for the lock in the
@@ -534,17 +548,17 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 // caller's deadline leaves less.
 const minSettle = 50 * time.Millisecond
 
-// waitContext derives the context an acquire waits under: it ends when ctx
-// ends or, when ctx has a deadline, min(grace, half the remaining time)
-// before it, keeping that time for settle. grace is the backend's
-// settleGrace (an election timeout).
-func (s *Session) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// waitUntil is when an acquire stops waiting: when ctx has a deadline,
+// min(grace, half the remaining time) before it, keeping that time for
+// settle (grace is the backend's settleGrace, an election timeout); zero
+// (when ctx ends) otherwise.
+func (s *Session) waitUntil(ctx context.Context) time.Time {
 	d, ok := ctx.Deadline()
 	if !ok {
-		return context.WithCancel(ctx)
+		return time.Time{}
 	}
 	keep := min(s.be.settleGrace(), time.Until(d)/2)
-	return context.WithDeadline(ctx, d.Add(-keep))
+	return d.Add(-keep)
 }
 
 // settle withdraws the acquire seq after its caller stopped waiting, and
@@ -589,7 +603,7 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 
 // waitCause is the error of an acquire that stopped waiting under ctx:
 // ctx's, or DeadlineExceeded when it stopped early to leave time for
-// settling (see waitContext).
+// settling (see waitUntil).
 func waitCause(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
