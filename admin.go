@@ -143,8 +143,10 @@ func (c *Client) read(ctx context.Context, f func(context.Context, lockpb.LockCl
 //
 // A revoke carries no (session, seq) of its own, so a retry is a new
 // command: when an attempt whose answer was lost may have revoked the
-// session and the retry finds it gone, RevokeSession returns nil (the
-// session is gone either way), not ErrSessionExpired.
+// session (it was sent, perhaps into a connection that had just died) and
+// the retry finds it gone, RevokeSession returns nil, not
+// ErrSessionExpired: the session is gone either way, but nil then does not
+// prove that this call revoked it.
 func (c *Client) RevokeSession(ctx context.Context, id uint64) error {
 	if c.isClosed() {
 		return ErrClosed

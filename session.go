@@ -628,6 +628,13 @@ func (s *Session) granted(name string, t Token) (*Lock, error) {
 		if l.token == t {
 			return l, nil
 		}
+		if t < l.token {
+			// A late answer (a delayed or retried acquire) with a grant
+			// older than the one the session holds: tokens of a name
+			// only grow, and a session holds one grant of a name at a
+			// time, so t is gone. l is not touched: it may be current.
+			return nil, fmt.Errorf("%w: %q: the grant (token %d) was replaced by token %d", ErrNotHeld, name, t, l.token)
+		}
 		// A session holds one grant of a name at a time: the grant l
 		// stood for is gone (released by a call whose answer was lost).
 		// Its Lost closes now; dropped from s.locks, end would miss it.
