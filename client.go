@@ -73,7 +73,7 @@ func WithDialer(d func(ctx context.Context, addr string) (net.Conn, error)) Clie
 }
 
 // WithClock sets the clock of the client's leases. The default is
-// clock.Real().
+// clock.Real(); nil makes Dial return ErrInvalidConfig.
 func WithClock(c clock.Clock) ClientOption { return func(o *clientOptions) { o.clk = c } }
 
 // WithSessionTTL sets the TTL of sessions opened without WithTTL. The
@@ -81,7 +81,9 @@ func WithClock(c clock.Clock) ClientOption { return func(o *clientOptions) { o.c
 func WithSessionTTL(d time.Duration) ClientOption { return func(o *clientOptions) { o.ttl = d } }
 
 // WithElectionTimeout tells the client the cluster's election timeout, used
-// to bound the settling of an interrupted Acquire. The default is 1 s.
+// to bound the settling of an interrupted Acquire and each attempt of a
+// request (twice the timeout). The default is 1 s; a value that is not
+// positive makes Dial return ErrInvalidConfig.
 func WithElectionTimeout(d time.Duration) ClientOption {
 	return func(o *clientOptions) { o.settle = d }
 }
