@@ -84,6 +84,17 @@ type StateMachine interface {
 	Restore(index uint64, data []byte) error
 }
 
+// SnapshotVerifier may be implemented by a StateMachine: VerifySnapshot
+// checks an image received from the leader before the node makes it
+// durable. A snapshot from the leader replaces the follower's log when it is
+// saved, so an image that Restore would refuse (corrupt, or of a format this
+// binary does not read) must be refused before that: the node stops with
+// the error and its storage stays as it was, instead of holding a snapshot
+// it can never restore (it could not start again) in place of its log.
+type SnapshotVerifier interface {
+	VerifySnapshot(index uint64, data []byte) error
+}
+
 // Config configures a Node.
 type Config struct {
 	ID uint64
@@ -1149,6 +1160,11 @@ func (n *Node) handleReady() error {
 func (n *Node) save(rd *raft.Ready) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.GetMetadata()
+		if v, ok := n.cfg.StateMachine.(SnapshotVerifier); ok {
+			if err := v.VerifySnapshot(md.GetIndex(), rd.Snapshot.GetData()); err != nil {
+				return fmt.Errorf("raftnode: refusing snapshot at %d from the leader: %w", md.GetIndex(), err)
+			}
+		}
 		n.failpoint(FailpointBeforeSnapshotSave)
 		if err := n.cfg.Storage.SaveSnapshot(rd.Snapshot); err != nil {
 			return fmt.Errorf("raftnode: saving snapshot at %d: %w", md.GetIndex(), err)

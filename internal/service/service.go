@@ -102,6 +102,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	m        *fsm.Machine
+	verified *fsm.Machine  // decoded by VerifySnapshot, for the next Restore
 	ready    bool          // leader of term, with every earlier entry applied
 	term     uint64        // term of the current leadership when ready
 	readyC   chan struct{} // closed and replaced whenever ready changes

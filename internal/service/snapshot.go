@@ -20,15 +20,43 @@ func (s *Service) Snapshot() (uint64, func(io.Writer) error) {
 	}
 }
 
-// Restore implements raftnode.StateMachine: the lock table becomes the
-// snapshot's. Watchers see the new state.
-func (s *Service) Restore(index uint64, data []byte) error {
-	m, err := fsm.Restore(data, s.cfg.Limits)
+// VerifySnapshot implements raftnode.SnapshotVerifier: it decodes the image
+// of a snapshot received from the leader before raftnode makes it durable,
+// and keeps the decoded table for the Restore that follows.
+func (s *Service) VerifySnapshot(index uint64, data []byte) error {
+	m, err := decodeSnapshot(index, data, s.cfg.Limits)
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.verified = m
+	s.mu.Unlock()
+	return nil
+}
+
+func decodeSnapshot(index uint64, data []byte, l fsm.Limits) (*fsm.Machine, error) {
+	m, err := fsm.Restore(data, l)
+	if err != nil {
+		return nil, err
+	}
 	if m.Applied() != index {
-		return fmt.Errorf("service: snapshot image is at index %d, its metadata says %d", m.Applied(), index)
+		return nil, fmt.Errorf("service: snapshot image is at index %d, its metadata says %d", m.Applied(), index)
+	}
+	return m, nil
+}
+
+// Restore implements raftnode.StateMachine: the lock table becomes the
+// snapshot's. Watchers see the new state.
+func (s *Service) Restore(index uint64, data []byte) error {
+	s.mu.Lock()
+	m := s.verified
+	s.verified = nil
+	s.mu.Unlock()
+	if m == nil || m.Applied() != index {
+		var err error
+		if m, err = decodeSnapshot(index, data, s.cfg.Limits); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
