@@ -1154,9 +1154,9 @@ func (n *Node) handleReady() error {
 	return nil
 }
 
-// save makes the Ready's snapshot (one received from the leader: durable
-// first, then the state machine jumps to it), hard state and entries
-// durable.
+// save makes the Ready's snapshot (one received from the leader: checked
+// by the state machine if it is a SnapshotVerifier, then made durable, then
+// the state machine jumps to it), hard state and entries durable.
 func (n *Node) save(rd *raft.Ready) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.GetMetadata()
