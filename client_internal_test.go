@@ -10,21 +10,10 @@ import (
 // The heartbeats of many sessions of one client share batched requests on
 // one stream: far fewer requests than sessions x intervals.
 func TestClientBatchesHeartbeats(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, addr := startOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := Start(ctx, Config{
-		ID: 1, Peers: map[uint64]string{1: lis.Addr().String()}, DataDir: t.TempDir(), Listener: lis,
-		TickInterval: 10 * time.Millisecond, SessionTTL: 3 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	c, err := Dial(ctx, []string{lis.Addr().String()}, WithSessionTTL(3*time.Second))
+	c, err := Dial(ctx, []string{addr}, WithSessionTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,4 +48,25 @@ func TestClientBatchesHeartbeats(t *testing.T) {
 		t.Fatalf("%d heartbeat requests on %d streams for %d sessions over 3 intervals", requests, streams, sessions)
 	}
 	t.Logf("%d heartbeat requests for %d sessions over 3 intervals", requests, sessions)
+}
+
+// startOne starts a one-replica cluster on loopback (10 ms ticks, 3 s
+// session TTL), closed when the test ends, and returns it with its address.
+func startOne(t *testing.T) (*Node, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{
+		ID: 1, Peers: map[uint64]string{1: lis.Addr().String()}, DataDir: t.TempDir(), Listener: lis,
+		TickInterval: 10 * time.Millisecond, SessionTTL: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n, lis.Addr().String()
 }

@@ -6,7 +6,6 @@ package quorumlock
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -55,25 +54,6 @@ func (g *gateBackend) propose(ctx context.Context, req *lockpb.Request) (*lockpb
 	return g.backend.propose(ctx, req)
 }
 
-func startOne(t *testing.T) *Node {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	n, err := Start(ctx, Config{
-		ID: 1, Peers: map[uint64]string{1: lis.Addr().String()}, DataDir: t.TempDir(), Listener: lis,
-		TickInterval: 10 * time.Millisecond, SessionTTL: 3 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
-}
-
 // A late answer to an acquire, carrying an older grant of the name, must
 // not mark the session's current (newer) Lock of that name lost, nor come
 // back as a held Lock: the session holds one grant of a name at a time, so
@@ -85,7 +65,7 @@ func startOne(t *testing.T) *Node {
 // listed); acquire C is granted T2 (l2, which replaces l1: correct); then
 // A's answer (T1) arrives.
 func TestReview2LateOlderGrantDoesNotLoseNewerLock(t *testing.T) {
-	n := startOne(t)
+	n, _ := startOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	g := &gateBackend{backend: n.router, heldAnswered: make(chan struct{}), letGo: make(chan struct{})}
