@@ -170,7 +170,7 @@ func (s *propStream) failure() error {
 // apply on this replica), and without the yield each one's call went out
 // alone, about 1.05 calls per message in uncontended_256, each paying
 // gRPC's framing, a write and a read. With it: 8-9 calls per message and
-// 12% less process CPU per cycle (the benchmark's A/B, docs/architecture.md).
+// 8-16% less process CPU per cycle (the benchmark's A/B, docs/architecture.md).
 // With a processor idle the yield returns at once.
 func (s *propStream) sendLoop(ctx context.Context, st lockpb.Lock_ProposeStreamClient) {
 	for {
