@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,6 +253,7 @@ type Node struct {
 	leaderTerm uint64
 	readyTerm  uint64
 	readSeq    uint64
+	readNonce  uint64         // random per incarnation: read rounds' contexts are never an earlier incarnation's
 	pending    []*readRequest // arrived, not yet covered by an issued round
 	props      []proposal     // data proposals taken this turn, see flushProposals
 	held       []proposal     // deferred proposals not yet taken, in arrival order (ProposeDeferred)
@@ -415,6 +417,7 @@ func New(cfg Config) (*Node, error) {
 		heard:     make(map[uint64]uint64),
 		snapc:     make(chan snapResult, 1),
 		snapIndex: cfg.Applied,
+		readNonce: rand.Uint64(),
 		snapBytes: snapBytes,
 		confState: confState,
 	}
@@ -1077,8 +1080,13 @@ func (n *Node) issueReads() {
 	n.readSeq++
 	n.inflight[n.readSeq] = &readRound{reqs: n.pending}
 	n.pending = nil
-	var ctx [8]byte
-	binary.BigEndian.PutUint64(ctx[:], n.readSeq)
+	// The context names this incarnation too: a restarted node counts
+	// rounds from 1 again, and the leader's late answer to a round of the
+	// previous incarnation (an index from before this call) must not
+	// resolve the new round with the same number.
+	var ctx [16]byte
+	binary.BigEndian.PutUint64(ctx[:8], n.readNonce)
+	binary.BigEndian.PutUint64(ctx[8:], n.readSeq)
 	n.rn.ReadIndex(ctx[:])
 }
 
@@ -1243,10 +1251,10 @@ func (n *Node) commit(rd *raft.Ready) {
 	}
 	n.failpoint(FailpointAfterApply)
 	for _, rs := range rd.ReadStates {
-		if len(rs.RequestCtx) != 8 {
+		if len(rs.RequestCtx) != 16 || binary.BigEndian.Uint64(rs.RequestCtx[:8]) != n.readNonce {
 			continue
 		}
-		seq := binary.BigEndian.Uint64(rs.RequestCtx)
+		seq := binary.BigEndian.Uint64(rs.RequestCtx[8:])
 		if r, ok := n.inflight[seq]; ok {
 			delete(n.inflight, seq)
 			for _, q := range r.reqs {
