@@ -317,11 +317,17 @@ func (b *backoff) next() time.Duration {
 	if limit <= 0 {
 		limit = backoffMax
 	}
+	// b.n stops growing long before the shift could overflow (50 ms << 30
+	// is about 1.7 years).
 	d := backoffBase << b.n
-	if d >= limit {
+	if b.n >= 30 || d >= limit {
 		d = limit
 	} else {
 		b.n++
+	}
+	// A max of 1 ns leaves no range to draw from (rand.N panics on 0).
+	if d < 2 {
+		return d
 	}
 	return d/2 + rand.N(d/2)
 }
