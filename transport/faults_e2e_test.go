@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -62,40 +61,6 @@ func (k *connKiller) kill(from, to int) {
 	for _, c := range k.conns[from:to] {
 		c.Close()
 	}
-}
-
-// newNodeHook is newNode with hook called before each message is recorded
-// (it may block, as a slow Handler would).
-func newNodeHook(t *testing.T, cfg transport.Config, lis net.Listener, hook func(*raftpb.Message), opts ...grpc.ServerOption) *node {
-	t.Helper()
-	n := &node{id: cfg.ID, rec: newRecorder()}
-	if lis != nil {
-		n.addr = lis.Addr().String()
-	}
-	cfg.Handler = func(m *raftpb.Message) {
-		if hook != nil {
-			hook(m)
-		}
-		n.rec.handle(m)
-	}
-	cfg.Unreachable = n.rec.onUnreachable
-	cfg.SnapshotStatus = n.rec.onSnapshot
-	if cfg.Logger == nil {
-		cfg.Logger = zaptest.NewLogger(t)
-	}
-	tr, err := transport.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.tr = tr
-	t.Cleanup(func() {
-		tr.Close()
-		n.stop()
-	})
-	if lis != nil {
-		n.serve(lis, opts...)
-	}
-	return n
 }
 
 // pauseTap holds the receiver of a Peer.Snapshot stream before its chunk

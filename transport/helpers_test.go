@@ -114,11 +114,23 @@ func listen(t *testing.T) net.Listener {
 // transport, then stops the server.
 func newNode(t *testing.T, cfg transport.Config, lis net.Listener) *node {
 	t.Helper()
+	return newNodeHook(t, cfg, lis, nil)
+}
+
+// newNodeHook is newNode with hook called before each message is recorded
+// (it may block, as a slow Handler would) and with the server's options.
+func newNodeHook(t *testing.T, cfg transport.Config, lis net.Listener, hook func(*raftpb.Message), opts ...grpc.ServerOption) *node {
+	t.Helper()
 	n := &node{id: cfg.ID, rec: newRecorder()}
 	if lis != nil {
 		n.addr = lis.Addr().String()
 	}
-	cfg.Handler = n.rec.handle
+	cfg.Handler = func(m *raftpb.Message) {
+		if hook != nil {
+			hook(m)
+		}
+		n.rec.handle(m)
+	}
 	cfg.Unreachable = n.rec.onUnreachable
 	cfg.SnapshotStatus = n.rec.onSnapshot
 	if cfg.Logger == nil {
@@ -136,7 +148,7 @@ func newNode(t *testing.T, cfg transport.Config, lis net.Listener) *node {
 		n.stop()
 	})
 	if lis != nil {
-		n.serve(lis)
+		n.serve(lis, opts...)
 	}
 	return n
 }
