@@ -253,7 +253,6 @@ type Node struct {
 	leaderTerm uint64
 	readyTerm  uint64
 	readSeq    uint64
-	readNonce  uint64         // random per incarnation: read rounds' contexts are never an earlier incarnation's
 	pending    []*readRequest // arrived, not yet covered by an issued round
 	props      []proposal     // data proposals taken this turn, see flushProposals
 	held       []proposal     // deferred proposals not yet taken, in arrival order (ProposeDeferred)
@@ -417,7 +416,11 @@ func New(cfg Config) (*Node, error) {
 		heard:     make(map[uint64]uint64),
 		snapc:     make(chan snapResult, 1),
 		snapIndex: cfg.Applied,
-		readNonce: rand.Uint64(),
+		// Read rounds are numbered from a random start, so that a
+		// restarted node's rounds never take the numbers of its previous
+		// incarnation's: the leader's late answer to one of those (an
+		// index from before the new round) must not resolve a new round.
+		readSeq:   rand.Uint64(),
 		snapBytes: snapBytes,
 		confState: confState,
 	}
@@ -1080,13 +1083,8 @@ func (n *Node) issueReads() {
 	n.readSeq++
 	n.inflight[n.readSeq] = &readRound{reqs: n.pending}
 	n.pending = nil
-	// The context names this incarnation too: a restarted node counts
-	// rounds from 1 again, and the leader's late answer to a round of the
-	// previous incarnation (an index from before this call) must not
-	// resolve the new round with the same number.
-	var ctx [16]byte
-	binary.BigEndian.PutUint64(ctx[:8], n.readNonce)
-	binary.BigEndian.PutUint64(ctx[8:], n.readSeq)
+	var ctx [8]byte
+	binary.BigEndian.PutUint64(ctx[:], n.readSeq)
 	n.rn.ReadIndex(ctx[:])
 }
 
@@ -1251,10 +1249,10 @@ func (n *Node) commit(rd *raft.Ready) {
 	}
 	n.failpoint(FailpointAfterApply)
 	for _, rs := range rd.ReadStates {
-		if len(rs.RequestCtx) != 16 || binary.BigEndian.Uint64(rs.RequestCtx[:8]) != n.readNonce {
+		if len(rs.RequestCtx) != 8 {
 			continue
 		}
-		seq := binary.BigEndian.Uint64(rs.RequestCtx[8:])
+		seq := binary.BigEndian.Uint64(rs.RequestCtx)
 		if r, ok := n.inflight[seq]; ok {
 			delete(n.inflight, seq)
 			for _, q := range r.reqs {

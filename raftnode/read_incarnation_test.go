@@ -13,11 +13,11 @@ import (
 
 // TestReadIndexNotAnsweredForPreviousIncarnation (invariant 9): a follower
 // forwards a read round to the leader, then restarts before the round is
-// confirmed. Its new incarnation counts read rounds from 1 again, so the
-// leader's late answer to the old incarnation's round 1 (the commit index
-// when THAT request arrived) resolves the new incarnation's round 1, issued
-// after a write was committed and acknowledged: ReadIndex returns an index
-// below that write, a stale read.
+// confirmed, then a write commits and a new read is issued. If the new
+// incarnation numbered its rounds as the old one did, the leader's late
+// answer to the old round (the commit index when THAT request arrived)
+// would resolve the new round: ReadIndex would return an index below the
+// acknowledged write, a stale read.
 func TestReadIndexNotAnsweredForPreviousIncarnation(t *testing.T) {
 	c := newCluster(t, 3)
 	lead := c.settledLeader()
