@@ -1,0 +1,72 @@
+package quorumlock_test
+
+// Regression tests and probes from the review of leader election and
+// observation (elect.go, Client.Observe, the service's Watch).
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
+)
+
+// nextEvent returns the next event of an Observe stream, failing the test
+// if none comes within 10 s or the stream closes.
+func nextEvent(t *testing.T, events <-chan quorumlock.LeaderInfo) quorumlock.LeaderInfo {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			t.Fatal("Observe stream closed")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Observe event within 10 s")
+	}
+	return quorumlock.LeaderInfo{}
+}
+
+// waitLeaderEvent reads events until one reports epoch, and returns it.
+func waitLeaderEvent(t *testing.T, events <-chan quorumlock.LeaderInfo, epoch quorumlock.Token) quorumlock.LeaderInfo {
+	t.Helper()
+	for {
+		ev := nextEvent(t, events)
+		if ev.HasLeader() && ev.Epoch == epoch {
+			return ev
+		}
+		if ev.Epoch > epoch {
+			t.Fatalf("observer skipped epoch %d: got %+v", epoch, ev)
+		}
+	}
+}
+
+// A client's Observe that starts on a replica cut off from the majority
+// moves on to another replica, as Client.Leader does: the cut-off replica
+// cannot serve the initial linearizable read, and the stream must not wait
+// for it forever while the rest of the cluster elects leaders.
+func TestReviewClientObserveMovesOffCutOffReplica(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	f := follower(c, lead)
+	c.Isolate(f)
+	// The client reaches every replica; f is first in its list, and it
+	// has no session, so it does not know the leader.
+	addrs := addrsOf(c, f)
+	for _, id := range c.IDs() {
+		if id != f {
+			addrs = append(addrs, c.Peers()[id])
+		}
+	}
+	cl := dial(t, addrs)
+	octx, ocancel := context.WithCancel(context.Background())
+	defer ocancel()
+	events := cl.Observe(octx, "sched")
+	s := newSession(t, c.Node(lead))
+	ld := mustElect(t, s, "sched", "v")
+	ev := waitLeaderEvent(t, events, ld.Epoch())
+	if ev.Session != s.ID() || string(ev.Value) != "v" {
+		t.Fatalf("event %+v", ev)
+	}
+}
