@@ -236,7 +236,8 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 // with the next event when the receiver is slow. It keeps working across
 // leader changes of the cluster and outages of this replica's link to the
 // majority (events resume when the replica catches up). The channel closes
-// when ctx ends or the Node closes.
+// when ctx ends or the Node closes, and at once for an invalid role or a
+// closed Node.
 func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
 	if checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {

@@ -5,6 +5,7 @@ package quorumlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -68,5 +69,27 @@ func TestReviewClientObserveMovesOffCutOffReplica(t *testing.T) {
 	ev := waitLeaderEvent(t, events, ld.Epoch())
 	if ev.Session != s.ID() || string(ev.Value) != "v" {
 		t.Fatalf("event %+v", ev)
+	}
+}
+
+// Client.Observe of a role the cluster refuses (longer than the replicas'
+// MaxNameBytes, though within the client's) closes its channel, as
+// Node.Observe does for an invalid role, instead of retrying forever.
+func TestReviewClientObserveInvalidRoleCloses(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 1, Configure: func(cfg *quorumlock.Config) { cfg.MaxNameBytes = 8 }})
+	c.WaitLeader(5 * time.Second)
+	cl := dial(t, addrsOf(c, c.IDs()...))
+	role := "a-role-longer-than-eight-bytes"
+	if _, err := cl.Leader(testCtx(t, 5*time.Second), role); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Fatalf("Leader of a role the cluster refuses: %v", err)
+	}
+	events := cl.Observe(testCtx(t, 30*time.Second), role)
+	select {
+	case ev, ok := <-events:
+		if ok {
+			t.Fatalf("Observe of a refused role delivered %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Observe of a role the cluster refuses never closed")
 	}
 }
