@@ -170,9 +170,11 @@ func (l *Leadership) Resign(ctx context.Context) error {
 
 // Proclaim replaces the value published with the leadership, without giving
 // it up. A deposed leader's Proclaim fails with ErrNotHeld (the epoch is no
-// longer current) and changes nothing. Other errors: ErrLimit for a value
-// over 4 KiB, ErrSessionExpired, ErrClosed, ErrUnknownOutcome wrapping ctx's
-// error if ctx ended before the answer.
+// longer current) and changes nothing, and so does one called once Done
+// has closed (after Resign, even one whose release is unconfirmed). Other
+// errors: ErrLimit for a value over MaxValueBytes (4 KiB),
+// ErrSessionExpired, ErrClosed, ErrUnknownOutcome wrapping ctx's error if
+// ctx ended before the answer.
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	s := l.s
 	if err := checkValue(value); err != nil {
@@ -181,7 +183,12 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	if err := s.Err(); err != nil {
 		return err
 	}
+	// Done closes first on Resign (before the release is confirmed) and
+	// after Lost otherwise: once either closed, the leadership is over for
+	// its holder, whatever the cluster still lists.
 	select {
+	case <-l.ctx.Done():
+		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
 	case <-l.lock.Lost():
 		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
 	default:

@@ -93,3 +93,30 @@ func TestReviewClientObserveInvalidRoleCloses(t *testing.T) {
 		t.Fatal("Observe of a role the cluster refuses never closed")
 	}
 }
+
+// Once Done has closed, the leadership is over for its holder: Proclaim is
+// refused with ErrNotHeld and publishes nothing, also when the Resign that
+// ended it could not confirm the release (the grant is still current on
+// the cluster).
+func TestReviewProclaimAfterResignRefused(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	n := c.Node(lead)
+	s := newSession(t, n)
+	ld := mustElect(t, s, "svc", "v1")
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := ld.Resign(gone); !errors.Is(err, quorumlock.ErrUnknownOutcome) {
+		t.Fatalf("Resign with a cancelled context: %v", err)
+	}
+	if !closed(ld.Done()) {
+		t.Fatal("Done open after Resign")
+	}
+	ctx := testCtx(t, 10*time.Second)
+	if err := ld.Proclaim(ctx, []byte("after")); !errors.Is(err, quorumlock.ErrNotHeld) {
+		t.Fatalf("Proclaim after Resign: %v", err)
+	}
+	if info, err := n.Leader(ctx, "svc"); err == nil && string(info.Value) == "after" {
+		t.Fatalf("a resigned leader published %q", info.Value)
+	}
+}
