@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
@@ -24,7 +25,8 @@ type LeaderInfo struct {
 	// leader it is the epoch of the last leader that stream reported (0 if
 	// none), so epochs in a stream never decrease.
 	Epoch Token
-	// Value is what the leader published with Elect or Proclaim.
+	// Value is what the leader published with Elect or Proclaim. Every
+	// read and every Observe event has its own copy.
 	Value []byte
 }
 
@@ -267,8 +269,12 @@ func observe(ctx context.Context, role string, src <-chan fsm.LockInfo, out chan
 	var last LeaderInfo
 	first := true
 	send := func(ev LeaderInfo) bool {
+		// The receiver owns what it gets: the source's Value is shared
+		// with the other watchers of the role and kept in last.
+		sent := ev
+		sent.Value = slices.Clone(ev.Value)
 		select {
-		case out <- ev:
+		case out <- sent:
 			last, first = ev, false
 			return true
 		case <-ctx.Done():

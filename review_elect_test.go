@@ -120,3 +120,35 @@ func TestReviewProclaimAfterResignRefused(t *testing.T) {
 		t.Fatalf("a resigned leader published %q", info.Value)
 	}
 }
+
+// A value received from Observe belongs to the receiver: changing it in
+// place neither changes what the stream reports next (a later Proclaim of
+// the changed bytes is a change, not a repeat) nor what another observer
+// of the role receives.
+func TestReviewObserveValueOwnedByReceiver(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 1})
+	lead := c.WaitLeader(5 * time.Second)
+	n := c.Node(lead)
+	octx, ocancel := context.WithCancel(context.Background())
+	defer ocancel()
+	o1, o2 := n.Observe(octx, "svc"), n.Observe(octx, "svc")
+	if ev := nextEvent(t, o1); ev.HasLeader() {
+		t.Fatalf("first event %+v", ev)
+	}
+	if ev := nextEvent(t, o2); ev.HasLeader() {
+		t.Fatalf("first event %+v", ev)
+	}
+	s := newSession(t, n)
+	ld := mustElect(t, s, "svc", "aaa")
+	ev1 := waitLeaderEvent(t, o1, ld.Epoch())
+	copy(ev1.Value, "bbb")
+	if ev2 := waitLeaderEvent(t, o2, ld.Epoch()); string(ev2.Value) != "aaa" {
+		t.Fatalf("another observer's change reached this one: %q", ev2.Value)
+	}
+	if err := ld.Proclaim(testCtx(t, 10*time.Second), []byte("bbb")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, o1); ev.Epoch != ld.Epoch() || string(ev.Value) != "bbb" {
+		t.Fatalf("after Proclaim: %+v", ev)
+	}
+}
