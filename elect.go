@@ -62,7 +62,8 @@ type Leadership struct {
 // it (FIFO among candidates) or ctx ends. If ctx ends first, the candidacy
 // is withdrawn as Acquire's is, so a candidate that left never becomes
 // leader. A session that already leads the role gets its current
-// leadership (with its value unchanged).
+// leadership (the same *Leadership, with its value unchanged), unless
+// that one's Done has closed (an unconfirmed Resign): then a new one.
 //
 // Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
 // ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
@@ -78,7 +79,19 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 	if err != nil {
 		return nil, err
 	}
-	return newLeadership(role, s, l, false), nil
+	// One Leadership per grant: a second handle whose Done stayed open
+	// after the first resigned would outlive the leadership.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ld := s.leading[l.name]; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
+		return ld, nil
+	}
+	ld := newLeadership(role, s, l, false)
+	if s.leading == nil {
+		s.leading = make(map[string]*Leadership)
+	}
+	s.leading[l.name] = ld
+	return ld, nil
 }
 
 func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
@@ -121,6 +134,11 @@ func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadershi
 func (l *Leadership) end() {
 	l.once.Do(func() {
 		l.cancel()
+		l.s.mu.Lock()
+		if key := roleKey(l.role); l.s.leading[key] == l {
+			delete(l.s.leading, key)
+		}
+		l.s.mu.Unlock()
 		if l.owned && l.s.Err() == nil {
 			l.s.hb.background(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), l.s.ttl)

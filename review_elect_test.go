@@ -152,3 +152,44 @@ func TestReviewObserveValueOwnedByReceiver(t *testing.T) {
 		t.Fatalf("after Proclaim: %+v", ev)
 	}
 }
+
+// A session that already leads a role gets its current leadership from
+// Elect: when either handle resigns, the leadership is over for both
+// before the next candidate is elected (a second Leadership of the same
+// grant whose Done stayed open while another session led was two live
+// leaders in one process).
+func TestReviewSecondElectSharesLeadership(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	const clientID = 100
+	cl := dial(t, addrsOf(c, lead), quorumlock.WithDialer(c.Net.Dialer(clientID)))
+	s, err := cl.NewSession(testCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	la := mustElect(t, s, "sched", "a")
+	lb := mustElect(t, s, "sched", "b")
+	if lb.Epoch() != la.Epoch() {
+		t.Fatalf("second Elect of a session that leads: epoch %d, want %d", lb.Epoch(), la.Epoch())
+	}
+	next := newSession(t, c.Node(lead))
+	got := make(chan bool, 1)
+	go func() {
+		if _, err := next.Elect(testCtx(t, 20*time.Second), "sched", nil); err != nil {
+			t.Error(err)
+		}
+		got <- closed(la.Done()) && closed(lb.Done())
+	}()
+	waitCandidate(t, c.Node(lead), "sched", next.ID())
+	// The resigning process hears the cluster's answers late.
+	c.Net.SetDelay(lead, clientID, 100*time.Millisecond)
+	if err := la.Resign(testCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if !<-got {
+		t.Fatal("next leader elected while a Leadership of the resigned grant still had a live Done")
+	}
+	if !closed(lb.Done()) {
+		t.Fatal("Done of the second handle open after Resign returned")
+	}
+}
