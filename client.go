@@ -292,7 +292,15 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 }
 
 // Observe is Node.Observe through the client. The stream is served by one
-// replica at a time; when it fails the client resumes on another.
+// replica at a time, the leader when known; when it fails, or the replica
+// does not send the current state within twice the election timeout (it
+// is cut off from the majority), the client resumes on another, starting
+// again from a linearizable read. A replica cut off after it sent the
+// current state is left only when the client learns of a new leader (from
+// its sessions' heartbeats) or the connection fails: until then no change
+// is reported. The channel closes when ctx ends, the Client closes, or
+// at once for an invalid role (also one the replicas refuse: longer than
+// their MaxNameBytes).
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
 	if checkName(role, c.opts.maxName) != nil || c.isClosed() {
@@ -311,9 +319,15 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 				// silent would otherwise hang until keepalive notices.
 				octx, cancel := context.WithCancel(ctx)
 				stop := context.AfterFunc(chanCtx(c.moved()), cancel)
-				c.observeOnce(octx, cc, roleKey(role), src)
+				refused := c.observeOnce(octx, cc, roleKey(role), src)
 				stop()
 				cancel()
+				if refused {
+					// The cluster refuses the role (its MaxNameBytes is
+					// below the client's): as Node.Observe does for an
+					// invalid role, the stream closes.
+					return
+				}
 			}
 			if ctx.Err() != nil {
 				return
@@ -334,24 +348,34 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	return out
 }
 
-// observeOnce relays one Observe stream until it fails. A replica that has
-// gone silent is detected by the connection's keepalive.
-func (c *Client) observeOnce(ctx context.Context, cc *grpc.ClientConn, key string, src chan<- fsm.LockInfo) {
+// observeOnce relays one Observe stream until it fails. The first message
+// is the replica's linearizable read, which a replica cut off from the
+// majority never sends: without it within the attempt limit the stream is
+// given up, as Holder gives up an attempt. Later, a replica that has gone
+// silent is detected by the connection's keepalive. It reports whether
+// the replica refused the key as invalid.
+func (c *Client) observeOnce(ctx context.Context, cc *grpc.ClientConn, key string, src chan<- fsm.LockInfo) (refused bool) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	first := time.AfterFunc(c.opts.attemptLimit, cancel)
+	defer first.Stop()
 	st, err := lockpb.NewLockClient(cc).Observe(sctx, &lockpb.HolderRequest{Name: key})
 	if err != nil {
-		return
+		return false
 	}
 	for {
 		r, err := st.Recv()
-		if err != nil || r.GetCode() != lockpb.Code_CODE_OK {
-			return
+		first.Stop()
+		if err != nil {
+			return false
+		}
+		if r.GetCode() != lockpb.Code_CODE_OK {
+			return r.GetCode() == lockpb.Code_CODE_INVALID
 		}
 		select {
 		case src <- fsm.LockInfo{Name: key, Holder: r.GetSession(), Token: r.GetToken(), Value: r.GetValue()}:
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }

@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
@@ -24,7 +25,8 @@ type LeaderInfo struct {
 	// leader it is the epoch of the last leader that stream reported (0 if
 	// none), so epochs in a stream never decrease.
 	Epoch Token
-	// Value is what the leader published with Elect or Proclaim.
+	// Value is what the leader published with Elect or Proclaim. Every
+	// read and every Observe event has its own copy.
 	Value []byte
 }
 
@@ -60,7 +62,8 @@ type Leadership struct {
 // it (FIFO among candidates) or ctx ends. If ctx ends first, the candidacy
 // is withdrawn as Acquire's is, so a candidate that left never becomes
 // leader. A session that already leads the role gets its current
-// leadership (with its value unchanged).
+// leadership (the same *Leadership, with its value unchanged), unless
+// that one's Done has closed (an unconfirmed Resign): then a new one.
 //
 // Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
 // ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
@@ -76,7 +79,19 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 	if err != nil {
 		return nil, err
 	}
-	return newLeadership(role, s, l, false), nil
+	// One Leadership per grant: a second handle whose Done stayed open
+	// after the first resigned would outlive the leadership.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ld := s.leading[l.name]; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
+		return ld, nil
+	}
+	ld := newLeadership(role, s, l, false)
+	if s.leading == nil {
+		s.leading = make(map[string]*Leadership)
+	}
+	s.leading[l.name] = ld
+	return ld, nil
 }
 
 func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
@@ -119,6 +134,11 @@ func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadershi
 func (l *Leadership) end() {
 	l.once.Do(func() {
 		l.cancel()
+		l.s.mu.Lock()
+		if key := roleKey(l.role); l.s.leading[key] == l {
+			delete(l.s.leading, key)
+		}
+		l.s.mu.Unlock()
 		if l.owned && l.s.Err() == nil {
 			l.s.hb.background(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), l.s.ttl)
@@ -170,9 +190,11 @@ func (l *Leadership) Resign(ctx context.Context) error {
 
 // Proclaim replaces the value published with the leadership, without giving
 // it up. A deposed leader's Proclaim fails with ErrNotHeld (the epoch is no
-// longer current) and changes nothing. Other errors: ErrLimit for a value
-// over 4 KiB, ErrSessionExpired, ErrClosed, ErrUnknownOutcome wrapping ctx's
-// error if ctx ended before the answer.
+// longer current) and changes nothing, and so does one called once Done
+// has closed (after Resign, even one whose release is unconfirmed). Other
+// errors: ErrLimit for a value over MaxValueBytes (4 KiB),
+// ErrSessionExpired, ErrClosed, ErrUnknownOutcome wrapping ctx's error if
+// ctx ended before the answer.
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	s := l.s
 	if err := checkValue(value); err != nil {
@@ -181,7 +203,12 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	if err := s.Err(); err != nil {
 		return err
 	}
+	// Done closes first on Resign (before the release is confirmed) and
+	// after Lost otherwise: once either closed, the leadership is over for
+	// its holder, whatever the cluster still lists.
 	select {
+	case <-l.ctx.Done():
+		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
 	case <-l.lock.Lost():
 		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
 	default:
@@ -236,7 +263,8 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 // with the next event when the receiver is slow. It keeps working across
 // leader changes of the cluster and outages of this replica's link to the
 // majority (events resume when the replica catches up). The channel closes
-// when ctx ends or the Node closes.
+// when ctx ends or the Node closes, and at once for an invalid role or a
+// closed Node.
 func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
 	if checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
@@ -259,8 +287,12 @@ func observe(ctx context.Context, role string, src <-chan fsm.LockInfo, out chan
 	var last LeaderInfo
 	first := true
 	send := func(ev LeaderInfo) bool {
+		// The receiver owns what it gets: the source's Value is shared
+		// with the other watchers of the role and kept in last.
+		sent := ev
+		sent.Value = slices.Clone(ev.Value)
 		select {
-		case out <- ev:
+		case out <- sent:
 			last, first = ev, false
 			return true
 		case <-ctx.Done():

@@ -60,6 +60,7 @@ type Session struct {
 	ended      bool
 	endErr     error
 	locks      map[string]*Lock
+	leading    map[string]*Leadership // role key -> the Leadership of its current grant (Session.Elect)
 	nextSend   time.Time
 	hbInflight bool
 }
