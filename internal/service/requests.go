@@ -318,9 +318,12 @@ func (s *Service) linearize(ctx context.Context) error {
 // Heartbeat renews the sessions ids on the leader. The timers are reset on
 // receipt; the answer waits for a leadership confirmation (ReadIndex) issued
 // after receipt and for the apply of everything before it, so a deposed
-// leader can never extend a client's belief (DESIGN.md invariant 4), and a
-// session whose expiry is under way is reported gone rather than alive.
-// Concurrent heartbeats share confirmation rounds.
+// leader can never extend a client's belief (DESIGN.md invariant 4). A
+// session the table does not hold, or whose expiry is under way, is
+// reported gone rather than alive, also only after that confirmation: a
+// leader deposed without knowing it yet lacks the sessions its successor
+// opened and holds expiry marks that will never commit, and a "gone" ends
+// the client's session. Concurrent heartbeats share confirmation rounds.
 func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []uint64, code lockpb.Code, hint uint64) {
 	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
 		return nil, nil, code, hint
@@ -333,23 +336,14 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 		return nil, nil, r.Code, r.LeaderHint
 	}
 	term := s.term
-	candidates := make([]uint64, 0, len(ids))
-	for _, id := range ids {
-		si, ok := s.m.Session(id)
-		if !ok || s.expiring[id] {
-			gone = append(gone, id)
-			continue
+	touched := make([]bool, len(ids))
+	for i, id := range ids {
+		if si, ok := s.m.Session(id); ok && !s.expiring[id] {
+			s.touch(id, time.Duration(si.TTL), now)
+			touched[i] = true
 		}
-		s.touch(id, time.Duration(si.TTL), now)
-		candidates = append(candidates, id)
 	}
 	s.mu.Unlock()
-	if len(candidates) == 0 {
-		if h := s.cfg.Hooks.Heartbeats; h != nil {
-			h(0, len(gone))
-		}
-		return nil, gone, lockpb.Code_CODE_OK, 0
-	}
 	if err := s.linearize(ctx); err != nil {
 		r := s.notLeader()
 		return nil, nil, r.Code, r.LeaderHint
@@ -360,12 +354,12 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 		r := s.notLeader()
 		return nil, nil, r.Code, r.LeaderHint
 	}
-	for _, id := range candidates {
+	for i, id := range ids {
 		if _, ok := s.m.Session(id); !ok || s.expiring[id] {
 			gone = append(gone, id)
-		} else {
+		} else if touched[i] {
 			alive = append(alive, id)
-		}
+		} // else applied meanwhile, not renewed: the client retries it
 	}
 	if h := s.cfg.Hooks.Heartbeats; h != nil {
 		h(len(alive), len(gone))

@@ -1,0 +1,42 @@
+package service
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// A "gone" answer ends the client's session (its locks are reported lost),
+// so it needs the same leadership confirmation as "alive": a leader that
+// was deposed without knowing it yet has a stale table, which lacks the
+// sessions the new leader opened and holds expiry marks of its own that
+// will never commit. Without a confirmation the heartbeat is answered
+// NOT_LEADER, for every session of the batch.
+func TestHeartbeatGoneNeedsConfirmation(t *testing.T) {
+	h := newHarness(t)
+	doomed := h.open(time.Second)
+	live := h.open(2 * time.Second)
+	h.clk.Advance(1500 * time.Millisecond)
+	if alive, _, _ := h.heartbeat(live); !alive {
+		t.Fatal("healthy heartbeat not acknowledged")
+	}
+	h.raf.hold = true // the expiry of doomed stays in the log, unapplied
+	h.svc.expireDue()
+	const unknown = 1 << 40 // opened by a newer leader this one never heard of
+
+	h.raf.readErr = errors.New("deposed")
+	for name, id := range map[string]uint64{"unknown": unknown, "expiring": doomed} {
+		alive, gone, code, _ := h.svc.Heartbeat(t.Context(), []uint64{id})
+		if len(alive) != 0 || len(gone) != 0 || code != lockpb.Code_CODE_NOT_LEADER {
+			t.Errorf("%s session at a deposed leader: alive %v gone %v %v, want NOT_LEADER", name, alive, gone, code)
+		}
+	}
+
+	h.raf.readErr = nil
+	alive, gone, code, _ := h.svc.Heartbeat(t.Context(), []uint64{unknown, doomed, live})
+	if code != lockpb.Code_CODE_OK || len(alive) != 1 || alive[0] != live || len(gone) != 2 {
+		t.Fatalf("confirmed leader: alive %v gone %v %v, want alive [%d] and 2 gone", alive, gone, code, live)
+	}
+}
