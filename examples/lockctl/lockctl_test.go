@@ -340,9 +340,14 @@ func TestAcquireRunsCommand(t *testing.T) {
 	if err != nil || uint64(l.Token()) <= tok {
 		t.Fatalf("next grant: %v %v (first token %d)", l, err, tok)
 	}
-	// Waiting behind a holder: -wait gives up, and leaves the queue.
+	// Waiting behind a holder: -wait gives up, not before its time (a
+	// deadline made Acquire stop at half of it), and leaves the queue.
+	start := time.Now()
 	if _, errs, code := lc.run("acquire", "-wait", "500ms", "job", "--", "true"); code != 1 || !strings.Contains(errs, "not granted within 500ms") {
 		t.Fatalf("acquire -wait behind a holder: exit %d %s", code, errs)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("acquire -wait 500ms gave up after %v", waited)
 	}
 	if info, err := cl.Holder(ctx, "job"); err != nil || info.Holder != s.ID() || len(info.Waiters) != 0 {
 		t.Fatalf("after a -wait timeout: %+v %v", info, err)
