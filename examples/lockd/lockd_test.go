@@ -450,6 +450,16 @@ func TestSettingsFileAndFlags(t *testing.T) {
 	if _, _, err := (&settings{ID: 1, Peers: peerList{1: "a:1"}}).config(); err == nil {
 		t.Error("config without -data accepted")
 	}
+	// A zero is refused, not taken for the library's default.
+	for _, zero := range [][]string{{"-ttl", "0s"}, {"-tick", "0s"}, {"-election-ticks", "0"}, {"-cluster-name", ""}} {
+		s, err := parseSettings(append([]string{"-id", "1", "-peers", "1=127.0.0.1:1", "-data", dir}, zero...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.config(); err == nil || !strings.Contains(err.Error(), zero[0]) {
+			t.Errorf("%q: %v", zero, err)
+		}
+	}
 }
 
 // TestMetricsEndpoint: -metrics serves the replica's quorumlock_* metrics

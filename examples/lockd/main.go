@@ -133,6 +133,18 @@ func (s *settings) config() (quorumlock.Config, *zap.Logger, error) {
 	if s.Data == "" {
 		return quorumlock.Config{}, nil, errors.New("-data is required")
 	}
+	// Start reads a zero as "the default": refuse one here, or -ttl 0s
+	// would run with a 10s TTL.
+	switch {
+	case s.TTL <= 0:
+		return quorumlock.Config{}, nil, fmt.Errorf("-ttl %v: want a positive duration", s.TTL.d())
+	case s.Tick <= 0:
+		return quorumlock.Config{}, nil, fmt.Errorf("-tick %v: want a positive duration", s.Tick.d())
+	case s.ElectionTicks <= 0:
+		return quorumlock.Config{}, nil, fmt.Errorf("-election-ticks %d: want a positive number", s.ElectionTicks)
+	case s.ClusterName == "":
+		return quorumlock.Config{}, nil, errors.New("-cluster-name must not be empty")
+	}
 	log, err := newLogger(s.LogLevel)
 	if err != nil {
 		return quorumlock.Config{}, nil, err
