@@ -447,6 +447,12 @@ func TestSettingsFileAndFlags(t *testing.T) {
 	if _, err := parseSettings([]string{"-config", file}, io.Discard); err == nil {
 		t.Error("unknown key in the config file accepted")
 	}
+	if err := os.WriteFile(file, []byte(`{"id": 1} {"id": 2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseSettings([]string{"-config", file}, io.Discard); err == nil {
+		t.Error("data after the object in the config file accepted")
+	}
 	if _, _, err := (&settings{ID: 1, Peers: peerList{1: "a:1"}}).config(); err == nil {
 		t.Error("config without -data accepted")
 	}
