@@ -250,17 +250,25 @@ func TestStatusLocksSessions(t *testing.T) {
 		t.Fatalf("leader of an empty role: exit %d %s", code, errs)
 	}
 
-	// A replica down: status still shows the others, and fails.
+	// A replica down: status still shows the others, and fails. The first
+	// follower, so that a row follows its error row.
 	var down uint64
 	for _, r := range rows {
-		if !r.IsLeader {
+		if !r.IsLeader && down == 0 {
 			down = r.ID
 		}
 	}
 	c.Kill(down)
 	out, errs, code = lc.run("status")
-	if code != 1 || !strings.Contains(out, c.Addr(down)+"  error: ") || !strings.Contains(out, "* ") || !strings.Contains(errs, "1 of 3 replicas did not answer") {
+	if code != 1 || !regexp.MustCompile(regexp.QuoteMeta(c.Addr(down))+`[ -]+error: `).MatchString(out) || !strings.Contains(out, "* ") || !strings.Contains(errs, "1 of 3 replicas did not answer") {
 		t.Fatalf("status with replica %d down: exit %d\n%s%s", down, code, out, errs)
+	}
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	col := strings.Index(lines[0], "TERM")
+	for _, line := range lines[1:] {
+		if len(line) <= col || line[col-1] != ' ' || line[col] == ' ' {
+			t.Fatalf("status with replica %d down: columns not aligned:\n%s", down, out)
+		}
 	}
 }
 
