@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -464,6 +465,34 @@ func TestSettingsFileAndFlags(t *testing.T) {
 		}
 		if _, _, err := s.config(); err == nil || !strings.Contains(err.Error(), zero[0]) {
 			t.Errorf("%q: %v", zero, err)
+		}
+	}
+}
+
+// An address in use, whichever flag names it, is a failure to start (exit
+// status 1), not a usage error (2).
+func TestAddressInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := free.Addr().String()
+	free.Close()
+	base := []string{"-peers", "1=" + self + ",2=127.0.0.1:1,3=127.0.0.1:2", "-id", "1", "-log-level", "error"}
+	for _, flags := range [][]string{
+		{"-peers", "1=" + busy.Addr().String() + ",2=127.0.0.1:1,3=127.0.0.1:2", "-id", "1", "-log-level", "error"},
+		append(slices.Clone(base), "-listen", busy.Addr().String()),
+		append(slices.Clone(base), "-metrics", busy.Addr().String()),
+	} {
+		var stderr strings.Builder
+		code := run(append(flags, "-data", t.TempDir()), io.Discard, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), "address already in use") {
+			t.Errorf("lockd %q: exit %d, stderr %q", flags, code, stderr.String())
 		}
 	}
 }
