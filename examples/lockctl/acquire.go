@@ -31,6 +31,9 @@ func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(e.args) == 0 {
 			return errUsage
 		}
+		if *wait < 0 || *grace < 0 {
+			return fmt.Errorf("%w: -wait %v, -kill-grace %v: want durations of 0 or more", errUsage, *wait, *grace)
+		}
 		name, argv := e.args[0], e.args[1:]
 		if len(argv) > 0 && argv[0] == "--" {
 			argv = argv[1:]

@@ -139,6 +139,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if g.timeout <= 0 || g.electionTimeout <= 0 {
+		fmt.Fprintf(stderr, "lockctl: -timeout %v, -election-timeout %v: want positive durations\n", g.timeout, g.electionTimeout)
+		fs.Usage()
+		return 2
+	}
 	e := &env{g: g, args: fs.Args(), stdout: stdout, stderr: stderr}
 	defer func() {
 		if e.client != nil {
@@ -153,6 +158,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &exit):
 		return int(exit)
 	case errors.Is(err, errUsage):
+		if err != errUsage {
+			fmt.Fprintf(stderr, "lockctl %s: %v\n", name, err)
+		}
 		fs.Usage()
 		return 2
 	default:
