@@ -7,8 +7,8 @@
 //	lockctl acquire backup -- ./backup.sh
 //
 // Run "lockctl -help" for the commands. Errors go to stderr and the exit
-// status is non-zero on failure (2 for usage errors); acquire with a
-// command exits with the command's status.
+// status is 1 on failure, 2 for usage errors; acquire with a command exits
+// with the command's status (128+N if signal N killed it).
 //
 // There is no "release" command. A lock belongs to the session that
 // acquired it, and that session lives only inside the process that opened
@@ -81,9 +81,9 @@ var commands = []command{
 	{"status", "[-json]", "each replica's ID, known leader, term, commit and applied indexes; * marks the leader; exits 1 if a replica does not answer or none leads", statusCmd},
 	{"locks", "[-after NAME] [-limit N] [-all] [-json]", "held locks and roles: holder session, fencing token, waiters, role values", locksCmd},
 	{"sessions", "[-after ID] [-limit N] [-all] [-json]", "live sessions: ID, TTL, locks held", sessionsCmd},
-	{"acquire", "[-ttl D] [-wait D] [-kill-grace D] NAME [--] [COMMAND [ARGS...]]", "hold the lock NAME while COMMAND runs (env QUORUMLOCK_TOKEN, QUORUMLOCK_NAME); without COMMAND, print the token and hold until SIGINT/SIGTERM", acquireCmd},
+	{"acquire", "[-ttl D] [-wait D] [-kill-grace D] NAME [--] [COMMAND [ARGS...]]", "hold the lock NAME while COMMAND runs (env QUORUMLOCK_TOKEN, QUORUMLOCK_NAME, QUORUMLOCK_SESSION) and exit with its status; without COMMAND, print the token and hold until SIGINT/SIGTERM; exits 1 if the lock is lost", acquireCmd},
 	{"revoke-session", "ID", "end session ID by force: its locks go to their next waiters with larger tokens", revokeCmd},
-	{"leader", "ROLE", "the current leader of ROLE: session, epoch, value", leaderCmd},
+	{"leader", "ROLE", "the current leader of ROLE: session, epoch, value; exits 1 if none", leaderCmd},
 	{"observe", "ROLE", "print every leadership change of ROLE until interrupted", observeCmd},
 }
 
@@ -183,6 +183,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintln(w, "\nThere is no release command: a lock belongs to the session of the process that")
 	fmt.Fprintln(w, "acquired it. Use revoke-session to free the locks of a stuck or departed holder.")
+	fmt.Fprintln(w, "\nExit status: 0 on success, 2 on a usage error, 1 on any other failure; acquire")
+	fmt.Fprintln(w, "with a COMMAND exits with the command's status (128+N if killed by signal N).")
 	fmt.Fprintln(w, "\nflags (also accepted after the command):")
 	fs.PrintDefaults()
 }
