@@ -57,7 +57,8 @@ func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), e.g.timeout)
 			defer cancel()
-			if err := s.Close(cctx); err != nil {
+			// An ended session (the lock was lost) has already been reported.
+			if err := s.Close(cctx); err != nil && !errors.Is(err, quorumlock.ErrSessionExpired) {
 				fmt.Fprintf(e.stderr, "lockctl acquire: closing session %d: %v\n", s.ID(), err)
 			}
 		}()

@@ -472,7 +472,7 @@ func TestRevokeSession(t *testing.T) {
 	lc.ok("revoke-session", strconv.FormatUint(info.Holder, 10))
 	err = cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "was lost") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "was lost") || strings.Contains(errb.String(), "closing session") {
 		t.Fatalf("acquire after revocation: %v\n%s", err, errb.String())
 	}
 	if _, err := os.Stat(marker); err != nil {
