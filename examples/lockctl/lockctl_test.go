@@ -288,6 +288,9 @@ func TestUsageAndErrors(t *testing.T) {
 	if _, errs, code := lc.run("revoke-session", "x"); code != 1 || !strings.Contains(errs, "positive integer") {
 		t.Errorf("revoke-session x: exit %d, stderr %q", code, errs)
 	}
+	if _, errs, code := lc.run("-endpoints", "127.0.0.1:1,localhost", "status"); code != 1 || !strings.Contains(errs, "missing port") {
+		t.Errorf("an endpoint without a port: exit %d, stderr %q", code, errs)
+	}
 }
 
 func newSession(t *testing.T, cl *quorumlock.Client) *quorumlock.Session {

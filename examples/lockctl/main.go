@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -193,9 +194,14 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 func (e *env) dial(ctx context.Context) (*quorumlock.Client, error) {
 	var addrs []string
 	for a := range strings.SplitSeq(e.g.endpoints, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
+		if a = strings.TrimSpace(a); a == "" {
+			continue
 		}
+		// gRPC would only say that the name resolved to no address.
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("-endpoints: %w", err)
+		}
+		addrs = append(addrs, a)
 	}
 	if len(addrs) == 0 {
 		return nil, errors.New("no endpoints: set -endpoints or LOCKCTL_ENDPOINTS")
