@@ -162,7 +162,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		},
 		Dialer:      cfg.Dialer,
 		DialOptions: peerDialOptions(cfg.PeerTLS),
-		Logger:      n.log,
+		Logger:      cfg.Logger, // the transport adds "member" itself
 	})
 	if err != nil {
 		return nil, fmt.Errorf("quorumlock: transport: %w", err)

@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/quorumlock/quorumlock"
@@ -46,7 +48,12 @@ func (j *jobLog) append(epoch quorumlock.Token, line string) error {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Interrupted, the example stops where it is and still closes the
+	// replicas and removes their data; a second signal kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "quorumlock-leader-")
 	if err != nil {
@@ -95,7 +102,19 @@ func run() error {
 			}
 		}()
 	}
-	first := <-wins
+	// A campaign that fails (ctx ended) sends nothing: wait for ctx too.
+	next := func() (win, error) {
+		select {
+		case w := <-wins:
+			return w, nil
+		case <-ctx.Done():
+			return win{}, fmt.Errorf("no leader elected: %w", ctx.Err())
+		}
+	}
+	first, err := next()
+	if err != nil {
+		return err
+	}
 	info, err := nodes[first.id].Leader(ctx, "scheduler")
 	if err != nil {
 		return err
@@ -114,10 +133,17 @@ func run() error {
 	start := time.Now()
 	nodes[first.id].Close()
 	delete(nodes, first.id)
-	<-first.ld.Done()
+	select {
+	case <-first.ld.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	fmt.Printf("Stopped replica %d: its leadership's Context is cancelled at once, so its work stops.\n", first.id)
 
-	second := <-wins
+	second, err := next()
+	if err != nil {
+		return err
+	}
 	fmt.Printf("Replica %d is the new leader with epoch %d (> %d), %v after the stop (the old session had to expire).\n",
 		second.id, second.ld.Epoch(), first.ld.Epoch(), time.Since(start).Round(time.Millisecond))
 	if second.ld.Epoch() <= first.ld.Epoch() {
@@ -136,7 +162,10 @@ func run() error {
 	if err := second.ld.Resign(ctx); err != nil {
 		return err
 	}
-	third := <-wins
+	third, err := next()
+	if err != nil {
+		return err
+	}
 	fmt.Printf("Replica %d resigns; replica %d takes over with epoch %d.\n", second.id, third.id, third.ld.Epoch())
 	if err := third.ld.Resign(ctx); err != nil {
 		return err

@@ -31,6 +31,9 @@ func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(e.args) == 0 {
 			return errUsage
 		}
+		if *wait < 0 || *grace < 0 {
+			return fmt.Errorf("%w: -wait %v, -kill-grace %v: want durations of 0 or more", errUsage, *wait, *grace)
+		}
 		name, argv := e.args[0], e.args[1:]
 		if len(argv) > 0 && argv[0] == "--" {
 			argv = argv[1:]
@@ -54,7 +57,8 @@ func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), e.g.timeout)
 			defer cancel()
-			if err := s.Close(cctx); err != nil {
+			// An ended session (the lock was lost) has already been reported.
+			if err := s.Close(cctx); err != nil && !errors.Is(err, quorumlock.ErrSessionExpired) {
 				fmt.Fprintf(e.stderr, "lockctl acquire: closing session %d: %v\n", s.ID(), err)
 			}
 		}()
@@ -70,15 +74,21 @@ func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
+// errWaitOver ends an acquire's wait when -wait runs out.
+var errWaitOver = errors.New("wait over")
+
 // acquireInterruptibly waits for the grant until it comes, wait runs out
 // (if non-zero), or a signal arrives.
 func acquireInterruptibly(ctx context.Context, s *quorumlock.Session, name string, wait time.Duration, sigs <-chan os.Signal) (*quorumlock.Lock, error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if wait > 0 {
-		var stop context.CancelFunc
-		actx, stop = context.WithTimeout(actx, wait)
-		defer stop()
+		// A timer, not a deadline: Acquire stops waiting up to half the
+		// time before a deadline to settle its outcome within it, so a
+		// deadline would give up early (after 0.5s of -wait 1s). Cancelled,
+		// it waits the whole time and then settles.
+		t := time.AfterFunc(wait, func() { cancel(errWaitOver) })
+		defer t.Stop()
 	}
 	done := make(chan struct{})
 	watched := make(chan struct{})
@@ -93,18 +103,17 @@ func acquireInterruptibly(ctx context.Context, s *quorumlock.Session, name strin
 	l, err := s.Acquire(actx, name)
 	close(done)
 	<-watched
+	cause := context.Cause(actx)
 	if err != nil {
-		// Acquire stops waiting a little before the deadline to settle the
-		// outcome in time, so the deadline may not have passed yet.
-		if cause := context.Cause(actx); cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("lock %q: %w", name, cause)
-		}
-		if wait > 0 && errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(cause, errWaitOver) {
 			return nil, fmt.Errorf("lock %q: not granted within %v: %w", name, wait, err)
+		}
+		if cause != nil {
+			return nil, fmt.Errorf("lock %q: %w", name, cause)
 		}
 		return nil, fmt.Errorf("lock %q: %w", name, err)
 	}
-	if cause := context.Cause(actx); cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
+	if cause != nil && !errors.Is(cause, errWaitOver) {
 		// The grant won the race with the interruption: give it back.
 		release(l)
 		return nil, fmt.Errorf("lock %q: %w", name, cause)

@@ -70,7 +70,8 @@ func statusCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 			fmt.Fprintln(tw, "ID\tADDRESS\tLEADER\tTERM\tCOMMIT\tAPPLIED")
 			for _, r := range all {
 				if r.Err != nil {
-					fmt.Fprintf(tw, "?\t%s\terror: %s\n", r.Addr, oneLine(r.Err))
+					// Every column filled, so that the rows below stay aligned.
+					fmt.Fprintf(tw, "?\t%s\t-\t-\t-\t-\terror: %s\n", r.Addr, oneLine(r.Err))
 					continue
 				}
 				id := strconv.FormatUint(r.ID, 10)

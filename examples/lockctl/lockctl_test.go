@@ -250,17 +250,25 @@ func TestStatusLocksSessions(t *testing.T) {
 		t.Fatalf("leader of an empty role: exit %d %s", code, errs)
 	}
 
-	// A replica down: status still shows the others, and fails.
+	// A replica down: status still shows the others, and fails. The first
+	// follower, so that a row follows its error row.
 	var down uint64
 	for _, r := range rows {
-		if !r.IsLeader {
+		if !r.IsLeader && down == 0 {
 			down = r.ID
 		}
 	}
 	c.Kill(down)
 	out, errs, code = lc.run("status")
-	if code != 1 || !strings.Contains(out, c.Addr(down)+"  error: ") || !strings.Contains(out, "* ") || !strings.Contains(errs, "1 of 3 replicas did not answer") {
+	if code != 1 || !regexp.MustCompile(regexp.QuoteMeta(c.Addr(down))+`[ -]+error: `).MatchString(out) || !strings.Contains(out, "* ") || !strings.Contains(errs, "1 of 3 replicas did not answer") {
 		t.Fatalf("status with replica %d down: exit %d\n%s%s", down, code, out, errs)
+	}
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	col := strings.Index(lines[0], "TERM")
+	for _, line := range lines[1:] {
+		if len(line) <= col || line[col-1] != ' ' || line[col] == ' ' {
+			t.Fatalf("status with replica %d down: columns not aligned:\n%s", down, out)
+		}
 	}
 }
 
@@ -268,7 +276,8 @@ func TestStatusLocksSessions(t *testing.T) {
 // stderr.
 func TestUsageAndErrors(t *testing.T) {
 	lc := &ctl{t: t, flags: []string{"-endpoints", "127.0.0.1:1", "-timeout", "500ms"}}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"revoke-session"}, {"locks", "extra"}, {"acquire"}, {"status", "-bogus"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"revoke-session"}, {"locks", "extra"}, {"acquire"}, {"status", "-bogus"},
+		{"-timeout", "0s", "status"}, {"locks", "-election-timeout", "-1s"}, {"acquire", "-wait", "-1s", "x"}, {"acquire", "-kill-grace", "-1s", "x", "true"}} {
 		if _, errs, code := lc.run(args...); code != 2 || !strings.Contains(errs, "usage") {
 			t.Errorf("lockctl %q: exit %d, stderr %q", args, code, errs)
 		}
@@ -278,6 +287,9 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 	if _, errs, code := lc.run("revoke-session", "x"); code != 1 || !strings.Contains(errs, "positive integer") {
 		t.Errorf("revoke-session x: exit %d, stderr %q", code, errs)
+	}
+	if _, errs, code := lc.run("-endpoints", "127.0.0.1:1,localhost", "status"); code != 1 || !strings.Contains(errs, "missing port") {
+		t.Errorf("an endpoint without a port: exit %d, stderr %q", code, errs)
 	}
 }
 
@@ -340,9 +352,14 @@ func TestAcquireRunsCommand(t *testing.T) {
 	if err != nil || uint64(l.Token()) <= tok {
 		t.Fatalf("next grant: %v %v (first token %d)", l, err, tok)
 	}
-	// Waiting behind a holder: -wait gives up, and leaves the queue.
+	// Waiting behind a holder: -wait gives up, not before its time (a
+	// deadline made Acquire stop at half of it), and leaves the queue.
+	start := time.Now()
 	if _, errs, code := lc.run("acquire", "-wait", "500ms", "job", "--", "true"); code != 1 || !strings.Contains(errs, "not granted within 500ms") {
 		t.Fatalf("acquire -wait behind a holder: exit %d %s", code, errs)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("acquire -wait 500ms gave up after %v", waited)
 	}
 	if info, err := cl.Holder(ctx, "job"); err != nil || info.Holder != s.ID() || len(info.Waiters) != 0 {
 		t.Fatalf("after a -wait timeout: %+v %v", info, err)
@@ -458,7 +475,7 @@ func TestRevokeSession(t *testing.T) {
 	lc.ok("revoke-session", strconv.FormatUint(info.Holder, 10))
 	err = cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "was lost") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "was lost") || strings.Contains(errb.String(), "closing session") {
 		t.Fatalf("acquire after revocation: %v\n%s", err, errb.String())
 	}
 	if _, err := os.Stat(marker); err != nil {

@@ -7,8 +7,8 @@
 //	lockctl acquire backup -- ./backup.sh
 //
 // Run "lockctl -help" for the commands. Errors go to stderr and the exit
-// status is non-zero on failure (2 for usage errors); acquire with a
-// command exits with the command's status.
+// status is 1 on failure, 2 for usage errors; acquire with a command exits
+// with the command's status (128+N if signal N killed it).
 //
 // There is no "release" command. A lock belongs to the session that
 // acquired it, and that session lives only inside the process that opened
@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -81,9 +82,9 @@ var commands = []command{
 	{"status", "[-json]", "each replica's ID, known leader, term, commit and applied indexes; * marks the leader; exits 1 if a replica does not answer or none leads", statusCmd},
 	{"locks", "[-after NAME] [-limit N] [-all] [-json]", "held locks and roles: holder session, fencing token, waiters, role values", locksCmd},
 	{"sessions", "[-after ID] [-limit N] [-all] [-json]", "live sessions: ID, TTL, locks held", sessionsCmd},
-	{"acquire", "[-ttl D] [-wait D] [-kill-grace D] NAME [--] [COMMAND [ARGS...]]", "hold the lock NAME while COMMAND runs (env QUORUMLOCK_TOKEN, QUORUMLOCK_NAME); without COMMAND, print the token and hold until SIGINT/SIGTERM", acquireCmd},
+	{"acquire", "[-ttl D] [-wait D] [-kill-grace D] NAME [--] [COMMAND [ARGS...]]", "hold the lock NAME while COMMAND runs (env QUORUMLOCK_TOKEN, QUORUMLOCK_NAME, QUORUMLOCK_SESSION) and exit with its status; without COMMAND, print the token and hold until SIGINT/SIGTERM; exits 1 if the lock is lost", acquireCmd},
 	{"revoke-session", "ID", "end session ID by force: its locks go to their next waiters with larger tokens", revokeCmd},
-	{"leader", "ROLE", "the current leader of ROLE: session, epoch, value", leaderCmd},
+	{"leader", "ROLE", "the current leader of ROLE: session, epoch, value; exits 1 if none", leaderCmd},
 	{"observe", "ROLE", "print every leadership change of ROLE until interrupted", observeCmd},
 }
 
@@ -139,6 +140,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if g.timeout <= 0 || g.electionTimeout <= 0 {
+		fmt.Fprintf(stderr, "lockctl: -timeout %v, -election-timeout %v: want positive durations\n", g.timeout, g.electionTimeout)
+		fs.Usage()
+		return 2
+	}
 	e := &env{g: g, args: fs.Args(), stdout: stdout, stderr: stderr}
 	defer func() {
 		if e.client != nil {
@@ -153,6 +159,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &exit):
 		return int(exit)
 	case errors.Is(err, errUsage):
+		if err != errUsage {
+			fmt.Fprintf(stderr, "lockctl %s: %v\n", name, err)
+		}
 		fs.Usage()
 		return 2
 	default:
@@ -175,6 +184,8 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	}
 	fmt.Fprintln(w, "\nThere is no release command: a lock belongs to the session of the process that")
 	fmt.Fprintln(w, "acquired it. Use revoke-session to free the locks of a stuck or departed holder.")
+	fmt.Fprintln(w, "\nExit status: 0 on success, 2 on a usage error, 1 on any other failure; acquire")
+	fmt.Fprintln(w, "with a COMMAND exits with the command's status (128+N if killed by signal N).")
 	fmt.Fprintln(w, "\nflags (also accepted after the command):")
 	fs.PrintDefaults()
 }
@@ -183,9 +194,14 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 func (e *env) dial(ctx context.Context) (*quorumlock.Client, error) {
 	var addrs []string
 	for a := range strings.SplitSeq(e.g.endpoints, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
+		if a = strings.TrimSpace(a); a == "" {
+			continue
 		}
+		// gRPC would only say that the name resolved to no address.
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("-endpoints: %w", err)
+		}
+		addrs = append(addrs, a)
 	}
 	if len(addrs) == 0 {
 		return nil, errors.New("no endpoints: set -endpoints or LOCKCTL_ENDPOINTS")

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -447,8 +448,52 @@ func TestSettingsFileAndFlags(t *testing.T) {
 	if _, err := parseSettings([]string{"-config", file}, io.Discard); err == nil {
 		t.Error("unknown key in the config file accepted")
 	}
+	if err := os.WriteFile(file, []byte(`{"id": 1} {"id": 2}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseSettings([]string{"-config", file}, io.Discard); err == nil {
+		t.Error("data after the object in the config file accepted")
+	}
 	if _, _, err := (&settings{ID: 1, Peers: peerList{1: "a:1"}}).config(); err == nil {
 		t.Error("config without -data accepted")
+	}
+	// A zero is refused, not taken for the library's default.
+	for _, zero := range [][]string{{"-ttl", "0s"}, {"-tick", "0s"}, {"-election-ticks", "0"}, {"-cluster-name", ""}} {
+		s, err := parseSettings(append([]string{"-id", "1", "-peers", "1=127.0.0.1:1", "-data", dir}, zero...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.config(); err == nil || !strings.Contains(err.Error(), zero[0]) {
+			t.Errorf("%q: %v", zero, err)
+		}
+	}
+}
+
+// An address in use, whichever flag names it, is a failure to start (exit
+// status 1), not a usage error (2).
+func TestAddressInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := free.Addr().String()
+	free.Close()
+	base := []string{"-peers", "1=" + self + ",2=127.0.0.1:1,3=127.0.0.1:2", "-id", "1", "-log-level", "error"}
+	for _, flags := range [][]string{
+		{"-peers", "1=" + busy.Addr().String() + ",2=127.0.0.1:1,3=127.0.0.1:2", "-id", "1", "-log-level", "error"},
+		append(slices.Clone(base), "-listen", busy.Addr().String()),
+		append(slices.Clone(base), "-metrics", busy.Addr().String()),
+	} {
+		var stderr strings.Builder
+		code := run(append(flags, "-data", t.TempDir()), io.Discard, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), "address already in use") {
+			t.Errorf("lockd %q: exit %d, stderr %q", flags, code, stderr.String())
+		}
 	}
 }
 

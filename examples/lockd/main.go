@@ -79,6 +79,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	// An address that cannot be bound is a failure to start (status 1, as
+	// for the address in -peers), not a usage error: it may be free later.
+	//
+	// A separate listen address (say 0.0.0.0:7001) is bound here; peers and
+	// clients are still told Peers[ID], which must reach it.
+	if s.Listen != "" && s.Listen != s.Peers[s.ID] {
+		lis, err := net.Listen("tcp", s.Listen)
+		if err != nil {
+			fmt.Fprintln(stderr, "lockd: -listen:", err)
+			return 1
+		}
+		cfg.Listener = lis
+	}
 	if s.Metrics != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -86,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		lis, err := net.Listen("tcp", s.Metrics)
 		if err != nil {
 			fmt.Fprintln(stderr, "lockd: -metrics:", err)
-			return 2
+			return 1
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -133,6 +146,18 @@ func (s *settings) config() (quorumlock.Config, *zap.Logger, error) {
 	if s.Data == "" {
 		return quorumlock.Config{}, nil, errors.New("-data is required")
 	}
+	// Start reads a zero as "the default": refuse one here, or -ttl 0s
+	// would run with a 10s TTL.
+	switch {
+	case s.TTL <= 0:
+		return quorumlock.Config{}, nil, fmt.Errorf("-ttl %v: want a positive duration", s.TTL.d())
+	case s.Tick <= 0:
+		return quorumlock.Config{}, nil, fmt.Errorf("-tick %v: want a positive duration", s.Tick.d())
+	case s.ElectionTicks <= 0:
+		return quorumlock.Config{}, nil, fmt.Errorf("-election-ticks %d: want a positive number", s.ElectionTicks)
+	case s.ClusterName == "":
+		return quorumlock.Config{}, nil, errors.New("-cluster-name must not be empty")
+	}
 	log, err := newLogger(s.LogLevel)
 	if err != nil {
 		return quorumlock.Config{}, nil, err
@@ -151,15 +176,6 @@ func (s *settings) config() (quorumlock.Config, *zap.Logger, error) {
 		if cfg.TLS, cfg.PeerTLS, err = loadTLS(s.TLSCert, s.TLSKey, s.TLSCA); err != nil {
 			return quorumlock.Config{}, nil, err
 		}
-	}
-	// A separate listen address (say 0.0.0.0:7001) is bound here; peers and
-	// clients are still told Peers[ID], which must reach it.
-	if s.Listen != "" && s.Listen != s.Peers[s.ID] {
-		lis, err := net.Listen("tcp", s.Listen)
-		if err != nil {
-			return quorumlock.Config{}, nil, fmt.Errorf("-listen: %w", err)
-		}
-		cfg.Listener = lis
 	}
 	return cfg, log, nil
 }

@@ -111,6 +111,10 @@ func (s *settings) load(file string) error {
 	if err := dec.Decode(s); err != nil {
 		return fmt.Errorf("-config %s: %w", file, err)
 	}
+	// Decode reads one value: anything after it is a mistake too.
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("-config %s: unexpected data after the settings object", file)
+	}
 	return nil
 }
 

@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/quorumlock/quorumlock"
@@ -44,7 +46,12 @@ func (s *storage) write(key, val string, t quorumlock.Token) error {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Interrupted, the walkthrough stops where it is and still closes the
+	// replicas and removes their data; a second signal kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 
 	dir, err := os.MkdirTemp("", "quorumlock-quickstart-")

@@ -123,7 +123,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	// Store writes it meanwhile.
 	lock, err := pebble.LockDirectory(dir, fs)
 	if err != nil {
-		return nil, fmt.Errorf("pebblestore: lock %s: %w", dir, err)
+		return nil, fmt.Errorf("pebblestore: lock %s (is another store using it?): %w", dir, err)
 	}
 	if err := checkWALTail(fs, dir); err != nil {
 		_ = lock.Close()

@@ -196,9 +196,14 @@ func TestOpenLockedDir(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir, Options{}, defaultCacheLimits)
 	defer func() { _ = s.Close() }()
-	if s2, err := Open(dir, Options{}); err == nil {
+	s2, err := Open(dir, Options{})
+	if err == nil {
 		_ = s2.Close()
 		t.Fatal("second Open of an open store succeeded")
+	}
+	// Say why: the bare "resource temporarily unavailable" does not.
+	if !strings.Contains(err.Error(), "another store") {
+		t.Fatalf("second Open: %v", err)
 	}
 }
 
