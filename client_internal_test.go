@@ -2,6 +2,7 @@ package quorumlock
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -69,4 +70,35 @@ func startOne(t *testing.T) (*Node, string) {
 	}
 	t.Cleanup(func() { n.Close() })
 	return n, lis.Addr().String()
+}
+
+// A retry or stream that asks for a connection after Close (a race with
+// Close) is refused instead of opening one that nothing would close; the
+// same for a replica's router.
+func TestNoConnectionAfterClose(t *testing.T) {
+	n, addr := startOne(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.conn(addr); err != nil {
+		t.Fatalf("conn before Close: %v", err)
+	}
+	c.Close()
+	if cc, err := c.conn(addr); !errors.Is(err, ErrClosed) {
+		t.Fatalf("conn after Close = %v, %v; want ErrClosed", cc, err)
+	}
+	c.mu.Lock()
+	left := len(c.conns)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d connections recorded after Close", left)
+	}
+
+	n.router.close()
+	if cc, err := n.router.conn(n.ID()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("router conn after close = %v, %v; want ErrClosed", cc, err)
+	}
 }

@@ -41,6 +41,8 @@ type router struct {
 	conns map[uint64]*grpc.ClientConn
 	ka    map[uint64]*kaStream
 	ps    map[uint64]*propStream
+	// closed: close has closed every connection; conn opens no more.
+	closed bool
 }
 
 func newRouter(n *Node) *router {
@@ -160,6 +162,11 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if cc, ok := r.conns[id]; ok {
 		return cc, nil
 	}
+	if r.closed {
+		// A forwarded call or heartbeat racing with Close: a connection
+		// opened now would never be closed.
+		return nil, ErrClosed
+	}
 	addr, ok := r.n.cfg.Peers[id]
 	if !ok {
 		return nil, errNoLeader
@@ -223,6 +230,7 @@ func (r *router) close() {
 	}
 	clear(r.ka)
 	clear(r.conns)
+	r.closed = true
 }
 
 // grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.
