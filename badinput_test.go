@@ -245,3 +245,25 @@ func TestBadInputConfigPeersSameAddressDifferentSpelling(t *testing.T) {
 		t.Fatalf("Peers %v: %v, want ErrInvalidConfig naming Peers", cfg.Peers, err)
 	}
 }
+
+// An address without a port is refused by Dial (gRPC would dial port 443
+// of that host, or fail much later with a resolver error); with a dialer of
+// its own the caller may use any form.
+func TestDialAddressWithoutPort(t *testing.T) {
+	for _, addr := range []string{"localhost", "nonsense", "127.0.0.1", "[::1]", "127.0.0.1:"} {
+		cl, err := quorumlock.Dial(testCtx(t, 5*time.Second), []string{addr})
+		if !errors.Is(err, quorumlock.ErrInvalidConfig) {
+			if cl != nil {
+				cl.Close()
+			}
+			t.Errorf("Dial(%q) = %v, want ErrInvalidConfig", addr, err)
+		}
+	}
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
+		return nil, errors.New("no network here")
+	}
+	_, err := quorumlock.Dial(testCtx(t, 5*time.Second), []string{"replica-a"}, quorumlock.WithDialer(dialer))
+	if err == nil || errors.Is(err, quorumlock.ErrInvalidConfig) {
+		t.Fatalf("Dial with a dialer: %v, want the dialer's failure", err)
+	}
+}

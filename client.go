@@ -91,9 +91,12 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 }
 
 // Dial returns a client of the cluster whose replicas serve on addrs (any
-// subset works; more is more available). It checks that one replica
-// answers before returning, within ctx. Errors: ErrInvalidConfig for no
-// addresses or bad options, or the error of the last replica tried.
+// subset works; more is more available), each "host:port" unless a
+// WithDialer function, which may understand other forms, is given. It
+// checks that one replica answers before returning, within ctx. Errors:
+// ErrInvalidConfig for no addresses, an address without a port (gRPC
+// would quietly dial port 443) or bad options, or the error of the last
+// replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
 	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: 256, settle: time.Second}
 	for _, opt := range opts {
@@ -101,6 +104,13 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	}
 	if len(addrs) == 0 {
 		return nil, invalid("addrs", "at least one replica address is needed")
+	}
+	if o.dialer == nil {
+		for _, a := range addrs {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return nil, invalid("addrs", "%q is not host:port", a)
+			}
+		}
 	}
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return nil, invalid("WithSessionTTL", "%v is outside [%v, %v]", o.ttl, MinSessionTTL, MaxSessionTTL)
