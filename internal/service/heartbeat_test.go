@@ -40,3 +40,22 @@ func TestHeartbeatGoneNeedsConfirmation(t *testing.T) {
 		t.Fatalf("confirmed leader: alive %v gone %v %v, want alive [%d] and 2 gone", alive, gone, code, live)
 	}
 }
+
+// REVOKE of a session this leader does not hold answers NO_SESSION only
+// once its leadership is confirmed: a leader deposed without knowing it
+// lacks the sessions its successor opened (an operator would be told a live
+// session does not exist).
+func TestRevokeUnknownNeedsConfirmation(t *testing.T) {
+	h := newHarness(t)
+	const unknown = 1 << 40 // opened by a newer leader this one never heard of
+	h.raf.readErr = errors.New("deposed")
+	resp, err := h.svc.Propose(t.Context(), &lockpb.Request{Op: lockpb.Op_OP_REVOKE, Session: unknown})
+	if err != nil || resp.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+		t.Fatalf("revoke at a deposed leader: %v, %v; want NOT_LEADER", resp, err)
+	}
+	h.raf.readErr = nil
+	resp, err = h.svc.Propose(t.Context(), &lockpb.Request{Op: lockpb.Op_OP_REVOKE, Session: unknown})
+	if err != nil || resp.GetCode() != lockpb.Code_CODE_NO_SESSION {
+		t.Fatalf("revoke of an unknown session at a confirmed leader: %v, %v; want NO_SESSION", resp, err)
+	}
+}

@@ -73,7 +73,18 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		cmd.Op = fsm.OpProclaim
 	case lockpb.Op_OP_REVOKE:
 		if _, live := s.SessionTTL(req.GetSession()); !live {
-			return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, nil
+			// Only a confirmed leader may answer that a session is gone:
+			// one deposed without knowing it yet lacks the sessions its
+			// successor opened.
+			if err := s.linearize(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return s.notLeader(), nil
+			}
+			if _, live := s.SessionTTL(req.GetSession()); !live {
+				return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, nil
+			}
 		}
 		cmd = fsm.Command{Op: fsm.OpRevoke, IDs: []uint64{req.GetSession()}}
 	default:
