@@ -163,9 +163,14 @@ func (l *Leadership) Epoch() Token { return l.lock.Token() }
 func (l *Leadership) Session() *Session { return l.s }
 
 // Done is closed when the leadership is over: resigned, or lost with its
-// session (closed, expired, lease run out, replica stopped). It closes
-// before any other candidate can be elected (the client's lease ends before
-// the leader expires the session).
+// session (closed, expired, lease run out, replica stopped, revoked). It
+// closes before any other candidate can be elected (the client's lease ends
+// before the leader expires the session), with one exception: a session
+// revoked by an operator (Client.RevokeSession) ends at once on the
+// cluster, and the next candidate may be elected before this process hears
+// of it (at its next heartbeat, at most a third of the TTL later). The
+// epoch fences that gap: a resource that checks it refuses the old
+// leader's writes.
 func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Context returns a context cancelled when Done closes: run the leader's
