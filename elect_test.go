@@ -3,6 +3,7 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -345,5 +346,31 @@ func TestObserve(t *testing.T) {
 		if !found {
 			t.Fatalf("epoch %d not observed: %v", e, seen)
 		}
+	}
+}
+
+// Session.Locks lists the session's locks, not the roles it leads (their
+// locks live under an internal name that Holder and Release do not accept).
+func TestSessionLocksLeaveOutRoles(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	n := c.Node(c.WaitLeader(5 * time.Second))
+	s, err := n.NewSession(testCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(testCtx(t, 10*time.Second))
+	if _, err := s.Elect(testCtx(t, 10*time.Second), "sched", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(testCtx(t, 10*time.Second), "a"); err != nil {
+		t.Fatal(err)
+	}
+	locks := s.Locks()
+	if len(locks) != 1 || locks[0].Name() != "a" {
+		names := make([]string, len(locks))
+		for i, l := range locks {
+			names[i] = fmt.Sprintf("%q", l.Name())
+		}
+		t.Fatalf("Locks() = %v, want [\"a\"]", names)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -660,13 +661,17 @@ func (s *Session) dropLock(l *Lock) {
 	s.mu.Unlock()
 }
 
-// Locks returns the locks this session holds, sorted by name.
+// Locks returns the locks this session holds, sorted by name. A role the
+// session leads (Elect) is not among them: its lock lives in a namespace of
+// its own and is given up through Leadership.Resign, which ends Done first.
 func (s *Session) Locks() []*Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Lock, 0, len(s.locks))
 	for _, l := range s.locks {
-		out = append(out, l)
+		if !strings.HasPrefix(l.name, fsm.RolePrefix) {
+			out = append(out, l)
+		}
 	}
 	slices.SortFunc(out, func(a, b *Lock) int {
 		if a.name < b.name {
