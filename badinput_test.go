@@ -267,3 +267,37 @@ func TestDialAddressWithoutPort(t *testing.T) {
 		t.Fatalf("Dial with a dialer: %v, want the dialer's failure", err)
 	}
 }
+
+// gRPC target names with a scheme ("dns:///host:port" for a name with
+// several addresses, "passthrough:///host:port", "unix:///path") are not
+// host:port but are what gRPC users write; Dial takes them, and still
+// refuses a dns target without a port (gRPC would dial port 443).
+func TestDialGRPCTargetForms(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 1})
+	lead := c.WaitLeader(5 * time.Second)
+	addr := c.Node(lead).Addr().String()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"dns:///" + addr, "passthrough:///" + addr, "localhost:" + port} {
+		cl, err := quorumlock.Dial(testCtx(t, 5*time.Second), []string{target})
+		if err != nil {
+			t.Errorf("Dial(%q): %v", target, err)
+			continue
+		}
+		if _, err := cl.Holder(testCtx(t, 5*time.Second), "x"); err != nil {
+			t.Errorf("Holder through %q: %v", target, err)
+		}
+		cl.Close()
+	}
+	for _, target := range []string{"dns:///localhost", "dns:///127.0.0.1:"} {
+		cl, err := quorumlock.Dial(testCtx(t, 5*time.Second), []string{target})
+		if !errors.Is(err, quorumlock.ErrInvalidConfig) {
+			if cl != nil {
+				cl.Close()
+			}
+			t.Errorf("Dial(%q) = %v, want ErrInvalidConfig", target, err)
+		}
+	}
+}

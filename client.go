@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/fsm"
@@ -91,12 +94,13 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 }
 
 // Dial returns a client of the cluster whose replicas serve on addrs (any
-// subset works; more is more available), each "host:port" unless a
+// subset works; more is more available), each "host:port" or a gRPC
+// target with a scheme ("dns:///host:port", "unix:///path"), unless a
 // WithDialer function, which may understand other forms, is given. It
 // checks that one replica answers before returning, within ctx. Errors:
-// ErrInvalidConfig for no addresses, an address without a port (gRPC
-// would quietly dial port 443) or bad options, or the error of the last
-// replica tried.
+// ErrInvalidConfig for no addresses, an address or dns target without a
+// port (gRPC would quietly dial port 443) or bad options, or the error of
+// the last replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
 	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: 256, settle: time.Second}
 	for _, opt := range opts {
@@ -107,8 +111,8 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	}
 	if o.dialer == nil {
 		for _, a := range addrs {
-			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				return nil, invalid("addrs", "%q is not host:port", a)
+			if err := checkAddr(a); err != nil {
+				return nil, invalid("addrs", "%q: %v", a, err)
 			}
 		}
 	}
@@ -502,6 +506,31 @@ func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.C
 		opts = append(opts, grpc.WithContextDialer(dialer))
 	}
 	return opts
+}
+
+// checkAddr refuses an address that gRPC would dial on port 443 (no port)
+// or fail to resolve only later. A target whose scheme gRPC resolves is
+// taken as gRPC takes it ("unix:///path", "passthrough:///host:port"),
+// except that a dns target must name its port as a bare address must;
+// without a known scheme, gRPC resolves the address with dns.
+func checkAddr(a string) error {
+	endpoint := a
+	if u, err := url.Parse(a); err == nil && resolver.Get(u.Scheme) != nil {
+		if u.Scheme != "dns" {
+			return nil
+		}
+		// gRPC's endpoint: the path, or the opaque part of "dns:host:port".
+		endpoint = u.Path
+		if endpoint == "" {
+			endpoint = u.Opaque
+		}
+		endpoint = strings.TrimPrefix(endpoint, "/")
+	}
+	_, port, err := net.SplitHostPort(endpoint)
+	if err == nil && port == "" {
+		err = errors.New("missing port in address")
+	}
+	return err
 }
 
 // propose implements backend.

@@ -293,6 +293,19 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 }
 
+// -endpoints takes gRPC targets with a scheme as Dial does: "dns:///host:port"
+// (a name with several addresses) was refused as "too many colons".
+func TestEndpointsGRPCTargets(t *testing.T) {
+	c := newCluster(t, proctest.Options{})
+	lc := newCtl(t, c)
+	var targets []string
+	for _, a := range c.Addrs() {
+		targets = append(targets, "dns:///"+a)
+	}
+	lc.flags = append(lc.flags, "-endpoints", strings.Join(targets, ","))
+	lc.ok("status")
+}
+
 func newSession(t *testing.T, cl *quorumlock.Client) *quorumlock.Session {
 	t.Helper()
 	s, err := cl.NewSession(testCtx(t))

@@ -27,7 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -196,10 +195,6 @@ func (e *env) dial(ctx context.Context) (*quorumlock.Client, error) {
 	for a := range strings.SplitSeq(e.g.endpoints, ",") {
 		if a = strings.TrimSpace(a); a == "" {
 			continue
-		}
-		// gRPC would only say that the name resolved to no address.
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("-endpoints: %w", err)
 		}
 		addrs = append(addrs, a)
 	}
