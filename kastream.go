@@ -82,8 +82,8 @@ func (s *kaStream) send(ctx context.Context, ids []uint64) (*lockpb.KeepAliveRes
 }
 
 // register opens the stream if it is not open yet (for at most as long as
-// ctx allows) and registers a waiter for a new batch number. The caller
-// holds sending.
+// ctx allows) and registers a waiter for a new batch number, unless ctx
+// has ended. The caller holds sending.
 func (s *kaStream) register(ctx context.Context) (lockpb.Lock_KeepAliveClient, uint64, chan *lockpb.KeepAliveResponse, error) {
 	s.mu.Lock()
 	err, st := s.err, s.stream
@@ -120,6 +120,12 @@ func (s *kaStream) register(ctx context.Context) (lockpb.Lock_KeepAliveClient, u
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return nil, 0, nil, s.err
+	}
+	// A batch whose ctx ended while it waited for the slot or the stream
+	// sends nothing: its Send would be taken for a stalled one and break
+	// the stream under the other batches.
+	if err := ctx.Err(); err != nil {
+		return nil, 0, nil, err
 	}
 	s.next++
 	c := make(chan *lockpb.KeepAliveResponse, 1)

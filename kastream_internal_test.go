@@ -138,3 +138,48 @@ func TestBlackHoledHeartbeatStreamBlocksNothing(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose ctx has already ended when it gets the send slot (it
+// waited behind a slow Send for all of its time) sends nothing and leaves
+// the stream alone: it used to register, and its ctx's AfterFunc, meant
+// for a Send blocked by flow control, broke the healthy stream at once,
+// failing every other batch waiting on it.
+func TestEndedBatchLeavesStreamAlone(t *testing.T) {
+	_, addr := startOne(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := c.conn(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newKAStream(cc)
+	defer s.close()
+	if _, err := s.send(ctx, []uint64{sess.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	// send picks between a free slot and the ended ctx at random: enough
+	// rounds take the slot.
+	for range 32 {
+		if _, err := s.send(ended, []uint64{sess.ID()}); err == nil {
+			t.Fatal("send with an ended ctx succeeded")
+		}
+		if s.broken() {
+			t.Fatal("a batch whose ctx had ended broke the stream")
+		}
+	}
+	resp, err := s.send(ctx, []uint64{sess.ID()})
+	if err != nil || len(resp.GetAlive()) != 1 {
+		t.Fatalf("send after the ended batches: %v, %v", resp, err)
+	}
+}
