@@ -329,12 +329,14 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 		defer close(src)
 		backoff := minBackoff
 		for ctx.Err() == nil {
+			// moved before pick: a leader change between the two closes it.
+			moved := c.moved()
 			addr := c.pick()
 			if cc, err := c.conn(addr); err == nil {
 				// Follow the leader: a stream from a replica that went
 				// silent would otherwise hang until keepalive notices.
 				octx, cancel := context.WithCancel(ctx)
-				stop := context.AfterFunc(chanCtx(c.moved()), cancel)
+				stop := context.AfterFunc(chanCtx(moved), cancel)
 				refused := c.observeOnce(octx, cc, roleKey(role), src)
 				stop()
 				cancel()
@@ -579,8 +581,9 @@ func (c *Client) proposeTracked(ctx context.Context, req *lockpb.Request) (resp 
 func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error)) error {
 	backoff := minBackoff
 	for {
-		addr := c.pick()
+		// moved before pick: a leader change between the two closes it.
 		moved := c.moved()
+		addr := c.pick()
 		cc, err := c.conn(addr)
 		if err == nil {
 			actx, cancel := ctx, func() {}
