@@ -51,7 +51,8 @@ type Client struct {
 	cancel    context.CancelCauseFunc
 }
 
-// ClientOption configures Dial.
+// ClientOption configures Dial. A nil ClientOption is ignored, so options
+// can be chosen conditionally.
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {
@@ -100,7 +101,9 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
 	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: 256, settle: time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if len(addrs) == 0 {
 		return nil, invalid("addrs", "at least one replica address is needed")
@@ -203,7 +206,9 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{ttl: c.opts.ttl}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)

@@ -2,7 +2,8 @@ package quorumlock
 
 import "time"
 
-// SessionOption is a per-session knob for NewSession.
+// SessionOption is a per-session knob for NewSession. A nil SessionOption
+// is ignored.
 type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {

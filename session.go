@@ -75,7 +75,9 @@ type Session struct {
 func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{ttl: n.cfg.SessionTTL}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
