@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,11 @@ import (
 // majority, and re-sends in-flight requests with their (session, seq).
 // The heartbeats of all its sessions share one stream. Its methods are safe
 // for concurrent use.
+//
+// A Client does not know the replicas' Config.MaxNameBytes: it refuses
+// locally only names no cluster accepts (empty, longer than
+// MaxNameBytesLimit, not UTF-8, with NUL) and leaves the length bound to
+// the cluster, which refuses a longer name with ErrInvalidName.
 type Client struct {
 	opts  clientOptions
 	addrs []string
@@ -99,7 +105,7 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 // would quietly dial port 443) or bad options, or the error of the last
 // replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
-	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: 256, settle: time.Second}
+	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: MaxNameBytesLimit, settle: time.Second}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -268,7 +274,7 @@ func (c *Client) holder(ctx context.Context, key string) (*lockpb.HolderResponse
 			return false, err
 		}
 		if r.GetCode() == lockpb.Code_CODE_INVALID {
-			return true, fmt.Errorf("%w: %q", ErrInvalidName, key)
+			return true, fmt.Errorf("%w: %q (%s)", ErrInvalidName, strings.TrimPrefix(key, fsm.RolePrefix), r.GetMessage())
 		}
 		resp = r
 		return true, nil

@@ -22,6 +22,10 @@ const (
 	MaxSessionTTL = 10 * time.Minute
 )
 
+// MaxNameBytesLimit is the largest Config.MaxNameBytes, and the longest
+// name a Client sends to the cluster.
+const MaxNameBytesLimit = 64 << 10
+
 // Config configures one replica. Start applies the defaults to a copy; the
 // caller's value is never modified.
 type Config struct {
@@ -117,7 +121,10 @@ type Config struct {
 	// once a replica configured with it leads. A replica that does not
 	// lead also checks MaxNameBytes on the requests of its own sessions.
 
-	// MaxNameBytes bounds lock names. The default is 256.
+	// MaxNameBytes bounds lock names and roles, in bytes: at most 65,536
+	// (MaxNameBytesLimit). The default is 256. Clients (Dial) accept any
+	// name up to MaxNameBytesLimit and leave this bound to the cluster,
+	// which refuses a longer name with ErrInvalidName.
 	MaxNameBytes int
 	// MaxSessions bounds live sessions in the cluster. The default is
 	// 1,000,000.
@@ -248,6 +255,9 @@ func (c *Config) validate() error {
 		if l.v < 1 {
 			return invalid(l.name, "%d must be positive", l.v)
 		}
+	}
+	if c.MaxNameBytes > MaxNameBytesLimit {
+		return invalid("MaxNameBytes", "%d is above %d", c.MaxNameBytes, MaxNameBytesLimit)
 	}
 	return nil
 }

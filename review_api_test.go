@@ -4,6 +4,8 @@ package quorumlock_test
 // was written against.
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +57,64 @@ func TestReviewAPINilOptionsIgnored(t *testing.T) {
 		}
 		s.Close(testCtx(t, 10*time.Second))
 	})
+}
+
+// A cluster configured with MaxNameBytes above the default 256 accepts
+// longer names from a remote Client as it does from a replica's sessions;
+// the Client used to refuse every name over 256 bytes locally. A name over
+// the cluster's bound is still refused with ErrInvalidName, by the cluster.
+func TestReviewAPIClientNameBoundIsTheCluster(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 1, Configure: func(cfg *quorumlock.Config) { cfg.MaxNameBytes = 600 }})
+	lead := c.WaitLeader(5 * time.Second)
+	cl := dial(t, addrsOf(c, c.IDs()...))
+	s, err := cl.NewSession(testCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(testCtx(t, 10*time.Second))
+	long := strings.Repeat("n", 500)
+	l, err := s.Acquire(testCtx(t, 10*time.Second), long)
+	if err != nil {
+		t.Fatalf("client Acquire of a 500-byte name (cluster MaxNameBytes 600): %v", err)
+	}
+	info, err := cl.Holder(testCtx(t, 10*time.Second), long)
+	if err != nil || info.Holder != s.ID() || info.Token != l.Token() {
+		t.Fatalf("client Holder of the 500-byte name: %+v, %v", info, err)
+	}
+	if got := holder(t, c.Node(lead), long); got.Holder != s.ID() {
+		t.Fatalf("replica Holder: %+v", got)
+	}
+	ld, err := s.Elect(testCtx(t, 10*time.Second), long, nil)
+	if err != nil {
+		t.Fatalf("client Elect of a 500-byte role: %v", err)
+	}
+	if li, err := cl.Leader(testCtx(t, 10*time.Second), long); err != nil || li.Epoch != ld.Epoch() {
+		t.Fatalf("client Leader of the 500-byte role: %+v, %v", li, err)
+	}
+	tooLong := strings.Repeat("n", 601)
+	if _, err := s.TryAcquire(testCtx(t, 10*time.Second), tooLong); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("TryAcquire of a name over the cluster's bound: %v, want ErrInvalidName", err)
+	}
+	if _, err := cl.Holder(testCtx(t, 10*time.Second), tooLong); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Holder of a name over the cluster's bound: %v, want ErrInvalidName", err)
+	}
+	if _, err := s.Elect(testCtx(t, 10*time.Second), tooLong, nil); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Elect of a role over the cluster's bound: %v, want ErrInvalidName", err)
+	}
+	if _, err := s.TryAcquire(testCtx(t, 10*time.Second), strings.Repeat("n", quorumlock.MaxNameBytesLimit+1)); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("TryAcquire of a name over MaxNameBytesLimit: %v, want ErrInvalidName", err)
+	}
+}
+
+// Config.MaxNameBytes is bounded by MaxNameBytesLimit, the longest name a
+// Client sends.
+func TestReviewAPIMaxNameBytesBounded(t *testing.T) {
+	cfg := quorumlock.Config{ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1"}, DataDir: t.TempDir(), MaxNameBytes: quorumlock.MaxNameBytesLimit + 1}
+	n, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	if err == nil {
+		n.Close()
+	}
+	if !errors.Is(err, quorumlock.ErrInvalidConfig) {
+		t.Fatalf("Start with MaxNameBytes %d: %v, want ErrInvalidConfig", cfg.MaxNameBytes, err)
+	}
 }

@@ -542,7 +542,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	case lockpb.Code_CODE_LIMIT:
 		return nil, fmt.Errorf("%w: acquiring %q", ErrLimit, name)
 	case lockpb.Code_CODE_INVALID:
-		return nil, fmt.Errorf("%w: %q: %s", ErrInvalidName, name, resp.GetMessage())
+		return nil, fmt.Errorf("%w: %q (%s)", ErrInvalidName, strings.TrimPrefix(name, fsm.RolePrefix), resp.GetMessage())
 	default:
 		return nil, fmt.Errorf("%w: acquire %q answered %s", ErrNotHeld, name, resp.GetCode())
 	}
