@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -274,7 +273,7 @@ func (c *Client) holder(ctx context.Context, key string) (*lockpb.HolderResponse
 			return false, err
 		}
 		if r.GetCode() == lockpb.Code_CODE_INVALID {
-			return true, fmt.Errorf("%w: %q (%s)", ErrInvalidName, strings.TrimPrefix(key, fsm.RolePrefix), r.GetMessage())
+			return true, fmt.Errorf("%w: %s (%s)", ErrInvalidName, keyLabel(key), r.GetMessage())
 		}
 		resp = r
 		return true, nil

@@ -118,3 +118,39 @@ func TestReviewAPIMaxNameBytesBounded(t *testing.T) {
 		t.Fatalf("Start with MaxNameBytes %d: %v, want ErrInvalidConfig", cfg.MaxNameBytes, err)
 	}
 }
+
+// Proclaim after Resign is refused with ErrNotHeld, as documented, also
+// for a leadership of Node.Elect (whose Resign closes its session: it used
+// to return ErrSessionExpired "closed"). Errors about a role name it, not
+// the internal key of its lock (a second Resign said "lock not held:
+// \"\x00svc\"").
+func TestReviewAPIProclaimAfterNodeElectResign(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 1})
+	n := c.Node(c.WaitLeader(5 * time.Second))
+	ld, err := n.Elect(testCtx(t, 10*time.Second), "svc", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Resign(testCtx(t, 10*time.Second)); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	if err := ld.Proclaim(testCtx(t, 10*time.Second), []byte("w")); !errors.Is(err, quorumlock.ErrNotHeld) {
+		t.Errorf("Proclaim after Resign of a Node.Elect leadership: %v, want ErrNotHeld", err)
+	}
+
+	s := newSession(t, n)
+	ld, err = s.Elect(testCtx(t, 10*time.Second), "svc", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Resign(testCtx(t, 10*time.Second)); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	err = ld.Resign(testCtx(t, 10*time.Second))
+	if !errors.Is(err, quorumlock.ErrNotHeld) {
+		t.Fatalf("second Resign: %v, want ErrNotHeld", err)
+	}
+	if strings.Contains(err.Error(), "\x00") || !strings.Contains(err.Error(), `role "svc"`) {
+		t.Errorf("second Resign's error %q does not name the role", err)
+	}
+}
