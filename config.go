@@ -61,7 +61,11 @@ type Config struct {
 	// SessionTTL is the default session TTL, in [MinSessionTTL,
 	// MaxSessionTTL]. A session whose leader hears no heartbeat for a TTL
 	// expires; clients heartbeat every TTL/3. The default is 10 s (the
-	// Chubby/etcd range: long enough to ride out a leader election).
+	// Chubby/etcd range: long enough to ride out a leader election). It
+	// must also exceed twice the election timeout (ElectionTicks x
+	// TickInterval), or Start returns ErrInvalidConfig naming
+	// ElectionTicks: with the default 1 s election timeout, SessionTTL
+	// must be above 2 s.
 	SessionTTL time.Duration
 
 	// TickInterval is the duration of one raft tick. The default is 100 ms.
@@ -69,6 +73,7 @@ type Config struct {
 
 	// ElectionTicks is the raft election timeout in ticks (heartbeats go out
 	// every tick). At least 3. The default is 10 (1 s with the default tick).
+	// The election timeout must be below half of SessionTTL.
 	ElectionTicks int
 
 	// Logger receives the replica's logs. nil: no logging.

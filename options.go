@@ -12,7 +12,10 @@ type sessionOptions struct {
 
 // WithTTL sets the session's TTL, in [MinSessionTTL, MaxSessionTTL]
 // (NewSession returns ErrInvalidTTL otherwise). The default is
-// Config.SessionTTL.
+// Config.SessionTTL (with a Client, Dial's WithSessionTTL). Unlike
+// Config.SessionTTL, it is not checked against the cluster's election
+// timeout: a TTL of twice the election timeout or less can expire the
+// session during a leader election.
 func WithTTL(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = d }
 }
