@@ -30,6 +30,11 @@ import (
 // majority, and re-sends in-flight requests with their (session, seq).
 // The heartbeats of all its sessions share one stream. Its methods are safe
 // for concurrent use.
+//
+// A Client does not know the replicas' Config.MaxNameBytes: it refuses
+// locally only names no cluster accepts (empty, longer than
+// MaxNameBytesLimit, not UTF-8, with NUL) and leaves the length bound to
+// the cluster, which refuses a longer name with ErrInvalidName.
 type Client struct {
 	opts  clientOptions
 	addrs []string
@@ -54,7 +59,8 @@ type Client struct {
 	cancel    context.CancelCauseFunc
 }
 
-// ClientOption configures Dial.
+// ClientOption configures Dial. A nil ClientOption is ignored, so options
+// can be chosen conditionally.
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {
@@ -102,9 +108,11 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 // port (gRPC would quietly dial port 443) or bad options, or the error of
 // the last replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
-	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: 256, settle: time.Second}
+	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: MaxNameBytesLimit, settle: time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if len(addrs) == 0 {
 		return nil, invalid("addrs", "at least one replica address is needed")
@@ -207,7 +215,9 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{ttl: c.opts.ttl}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
@@ -267,7 +277,7 @@ func (c *Client) holder(ctx context.Context, key string) (*lockpb.HolderResponse
 			return false, err
 		}
 		if r.GetCode() == lockpb.Code_CODE_INVALID {
-			return true, fmt.Errorf("%w: %q", ErrInvalidName, key)
+			return true, fmt.Errorf("%w: %s (%s)", ErrInvalidName, keyLabel(key), r.GetMessage())
 		}
 		resp = r
 		return true, nil

@@ -22,6 +22,10 @@ const (
 	MaxSessionTTL = 10 * time.Minute
 )
 
+// MaxNameBytesLimit is the largest Config.MaxNameBytes, and the longest
+// name a Client sends to the cluster.
+const MaxNameBytesLimit = 64 << 10
+
 // Config configures one replica. Start applies the defaults to a copy; the
 // caller's value is never modified.
 type Config struct {
@@ -57,7 +61,11 @@ type Config struct {
 	// SessionTTL is the default session TTL, in [MinSessionTTL,
 	// MaxSessionTTL]. A session whose leader hears no heartbeat for a TTL
 	// expires; clients heartbeat every TTL/3. The default is 10 s (the
-	// Chubby/etcd range: long enough to ride out a leader election).
+	// Chubby/etcd range: long enough to ride out a leader election). It
+	// must also exceed twice the election timeout (ElectionTicks x
+	// TickInterval), or Start returns ErrInvalidConfig naming
+	// ElectionTicks: with the default 1 s election timeout, SessionTTL
+	// must be above 2 s.
 	SessionTTL time.Duration
 
 	// TickInterval is the duration of one raft tick. The default is 100 ms.
@@ -65,6 +73,7 @@ type Config struct {
 
 	// ElectionTicks is the raft election timeout in ticks (heartbeats go out
 	// every tick). At least 3. The default is 10 (1 s with the default tick).
+	// The election timeout must be below half of SessionTTL.
 	ElectionTicks int
 
 	// Logger receives the replica's logs. nil: no logging.
@@ -117,7 +126,10 @@ type Config struct {
 	// once a replica configured with it leads. A replica that does not
 	// lead also checks MaxNameBytes on the requests of its own sessions.
 
-	// MaxNameBytes bounds lock names. The default is 256.
+	// MaxNameBytes bounds lock names and roles, in bytes: at most 65,536
+	// (MaxNameBytesLimit). The default is 256. Clients (Dial) accept any
+	// name up to MaxNameBytesLimit and leave this bound to the cluster,
+	// which refuses a longer name with ErrInvalidName.
 	MaxNameBytes int
 	// MaxSessions bounds live sessions in the cluster. The default is
 	// 1,000,000.
@@ -248,6 +260,9 @@ func (c *Config) validate() error {
 		if l.v < 1 {
 			return invalid(l.name, "%d must be positive", l.v)
 		}
+	}
+	if c.MaxNameBytes > MaxNameBytesLimit {
+		return invalid("MaxNameBytes", "%d is above %d", c.MaxNameBytes, MaxNameBytesLimit)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -52,6 +53,8 @@ type Leadership struct {
 	s     *Session
 	lock  *Lock
 	owned bool // the session was opened for this leadership (Node.Elect)
+
+	resigned atomic.Bool // Resign was called while the session was live
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -181,10 +184,18 @@ func (l *Leadership) Context() context.Context { return l.ctx }
 // larger epoch. With Node.Elect, the dedicated session is closed too. Done
 // closes at once, before the release is sent (so before the next candidate
 // can be elected), whatever the outcome. Errors as for Lock.Release
-// (ErrNotHeld if the leadership was already lost).
+// (ErrNotHeld if the leadership was already lost or resigned), except with
+// Node.Elect, where Resign is Session.Close of the dedicated session: a
+// second Resign returns nil, and one after the session ended returns its
+// end cause.
 func (l *Leadership) Resign(ctx context.Context) error {
 	// Done closes before the release can elect the next candidate: the
 	// leader's work (under Context) must have been told to stop first.
+	if l.s.Err() == nil {
+		// Resigned from a live session: Proclaim then reports the
+		// leadership's end, even once Node.Elect's session is closed.
+		l.resigned.Store(true)
+	}
 	l.cancel()
 	defer l.end()
 	if l.owned {
@@ -195,15 +206,23 @@ func (l *Leadership) Resign(ctx context.Context) error {
 
 // Proclaim replaces the value published with the leadership, without giving
 // it up. A deposed leader's Proclaim fails with ErrNotHeld (the epoch is no
-// longer current) and changes nothing, and so does one called once Done
-// has closed (after Resign, even one whose release is unconfirmed). Other
-// errors: ErrLimit for a value over MaxValueBytes (4 KiB),
-// ErrSessionExpired, ErrClosed, ErrUnknownOutcome wrapping ctx's error if
-// ctx ended before the answer.
+// longer current) and changes nothing, and so does one called after Resign
+// (even one whose release is unconfirmed, and with Node.Elect, whose
+// session Resign closed) or once Done has closed while the session lives.
+// Once the session has ended (closed, expired, revoked, its Node or
+// Client closed), Proclaim returns the session's error: ErrSessionExpired
+// or ErrClosed. Other errors: ErrLimit for a value over MaxValueBytes
+// (4 KiB), ErrUnknownOutcome wrapping ctx's error if ctx ended before the
+// answer.
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	s := l.s
 	if err := checkValue(value); err != nil {
 		return err
+	}
+	if l.resigned.Load() {
+		// Before the session's state: Node.Elect's Resign closes the
+		// session too, and the caller ended the leadership, not it.
+		return fmt.Errorf("%w: leadership of %q resigned", ErrNotHeld, l.role)
 	}
 	if err := s.Err(); err != nil {
 		return err

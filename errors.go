@@ -24,16 +24,18 @@ var (
 	ErrInvalidName = errors.New("quorumlock: invalid lock name")
 
 	// ErrNotHeld is returned by Lock.Release when the lock's grant is no
-	// longer current (already released, or the session lost it).
+	// longer current (already released, or the session lost it), by
+	// Leadership.Resign and Proclaim when the leadership is over, and by
+	// Acquire when a concurrent Release of the session freed the grant.
 	ErrNotHeld = errors.New("quorumlock: lock not held")
 
 	// ErrLimit is returned when a configured limit (sessions, locks per
 	// session, waiters per lock) would be exceeded. Nothing changed.
 	ErrLimit = errors.New("quorumlock: limit reached")
 
-	// ErrClosed is returned by calls on a Node (or the sessions opened
-	// through it) after Close, or after the replica stopped on a storage
-	// error.
+	// ErrClosed is returned by calls on a Node or a Client (or the
+	// sessions opened through it) after Close, or after the replica
+	// stopped on a storage error.
 	ErrClosed = errors.New("quorumlock: closed")
 
 	// ErrUnknownOutcome is returned when a request may or may not have taken
@@ -42,15 +44,17 @@ var (
 	// outcome first, see Session.Acquire.)
 	ErrUnknownOutcome = errors.New("quorumlock: outcome unknown")
 
-	// ErrInvalidConfig is returned by Start for a bad Config field; the
-	// message names the field.
+	// ErrInvalidConfig is returned by Start for a bad Config field and by
+	// Dial for bad addresses or options; the message names the field or
+	// option.
 	ErrInvalidConfig = errors.New("quorumlock: invalid config")
 
 	// ErrInvalidTTL is returned by NewSession for a TTL outside
 	// [MinSessionTTL, MaxSessionTTL].
 	ErrInvalidTTL = errors.New("quorumlock: invalid session TTL")
 
-	// ErrNoLeader is returned by Node.Leader when no session leads the role.
+	// ErrNoLeader is returned by Node.Leader and Client.Leader when no
+	// session leads the role.
 	ErrNoLeader = errors.New("quorumlock: no leader")
 
 	// ErrForeignDataDir is returned by Start when the data directory was

@@ -87,7 +87,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Name: l.name, Token: uint64(l.token)}))
 	if err != nil {
 		if ctx.Err() != nil && s.Err() == nil {
-			return fmt.Errorf("%w: releasing %q: %w", ErrUnknownOutcome, l.name, err)
+			return fmt.Errorf("%w: releasing %s: %w", ErrUnknownOutcome, keyLabel(l.name), err)
 		}
 		return err
 	}
@@ -95,7 +95,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		// Refused: this copy changed nothing, so the lock stays listed.
 		// Another copy of the request (re-sent after a leader change)
 		// may still be applied, so the outcome is not settled.
-		return fmt.Errorf("%w: %w: releasing %q: too many requests of this session pending", ErrUnknownOutcome, ErrLimit, l.name)
+		return fmt.Errorf("%w: %w: releasing %s: too many requests of this session pending", ErrUnknownOutcome, ErrLimit, keyLabel(l.name))
 	}
 	s.dropLock(l)
 	l.markLost()
@@ -103,8 +103,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	case lockpb.Code_CODE_OK:
 		return nil
 	case lockpb.Code_CODE_NOT_HELD:
-		return fmt.Errorf("%w: %q token %d", ErrNotHeld, l.name, l.token)
+		return fmt.Errorf("%w: %s token %d", ErrNotHeld, keyLabel(l.name), l.token)
 	default:
-		return fmt.Errorf("quorumlock: releasing %q: %s", l.name, resp.GetCode())
+		return fmt.Errorf("quorumlock: releasing %s: %s", keyLabel(l.name), resp.GetCode())
 	}
 }

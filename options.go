@@ -2,7 +2,8 @@ package quorumlock
 
 import "time"
 
-// SessionOption is a per-session knob for NewSession.
+// SessionOption is a per-session knob for NewSession. A nil SessionOption
+// is ignored.
 type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {
@@ -11,7 +12,10 @@ type sessionOptions struct {
 
 // WithTTL sets the session's TTL, in [MinSessionTTL, MaxSessionTTL]
 // (NewSession returns ErrInvalidTTL otherwise). The default is
-// Config.SessionTTL.
+// Config.SessionTTL (with a Client, Dial's WithSessionTTL). Unlike
+// Config.SessionTTL, it is not checked against the cluster's election
+// timeout: a TTL of twice the election timeout or less can expire the
+// session during a leader election.
 func WithTTL(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = d }
 }

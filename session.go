@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -75,7 +76,9 @@ type Session struct {
 func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	o := sessionOptions{ttl: n.cfg.SessionTTL}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
@@ -532,17 +535,17 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 		if resp.GetQueued() {
 			// A try of a lock that another call of this session waits
 			// for: the session is queued, the lock is another's.
-			return nil, fmt.Errorf("%w: %q", ErrLocked, name)
+			return nil, fmt.Errorf("%w: %s", ErrLocked, keyLabel(name))
 		}
 		return s.granted(name, Token(resp.GetToken()))
 	case lockpb.Code_CODE_LOCKED:
-		return nil, fmt.Errorf("%w: %q", ErrLocked, name)
+		return nil, fmt.Errorf("%w: %s", ErrLocked, keyLabel(name))
 	case lockpb.Code_CODE_LIMIT:
-		return nil, fmt.Errorf("%w: acquiring %q", ErrLimit, name)
+		return nil, fmt.Errorf("%w: acquiring %s", ErrLimit, keyLabel(name))
 	case lockpb.Code_CODE_INVALID:
-		return nil, fmt.Errorf("%w: %q: %s", ErrInvalidName, name, resp.GetMessage())
+		return nil, fmt.Errorf("%w: %s (%s)", ErrInvalidName, keyLabel(name), resp.GetMessage())
 	default:
-		return nil, fmt.Errorf("%w: acquire %q answered %s", ErrNotHeld, name, resp.GetCode())
+		return nil, fmt.Errorf("%w: acquire %s answered %s", ErrNotHeld, keyLabel(name), resp.GetCode())
 	}
 }
 
@@ -624,7 +627,7 @@ func (s *Session) granted(name string, t Token) (*Lock, error) {
 		return nil, s.endErr
 	}
 	if c := s.acquiring[name]; c != nil && t <= c.released {
-		return nil, fmt.Errorf("%w: %q: the grant (token %d) was freed by a concurrent Release", ErrNotHeld, name, t)
+		return nil, fmt.Errorf("%w: %s: the grant (token %d) was freed by a concurrent Release", ErrNotHeld, keyLabel(name), t)
 	}
 	if l, ok := s.locks[name]; ok {
 		if l.token == t {
@@ -635,7 +638,7 @@ func (s *Session) granted(name string, t Token) (*Lock, error) {
 			// older than the one the session holds: tokens of a name
 			// only grow, and a session holds one grant of a name at a
 			// time, so t is gone. l is not touched: it may be current.
-			return nil, fmt.Errorf("%w: %q: the grant (token %d) was replaced by token %d", ErrNotHeld, name, t, l.token)
+			return nil, fmt.Errorf("%w: %s: the grant (token %d) was replaced by token %d", ErrNotHeld, keyLabel(name), t, l.token)
 		}
 		// A session holds one grant of a name at a time: the grant l
 		// stood for is gone (released by a call whose answer was lost).
@@ -725,4 +728,14 @@ func checkName(name string, max int) error {
 		return fmt.Errorf("%w: %q (want 1..%d bytes of UTF-8 without NUL)", ErrInvalidName, name, max)
 	}
 	return nil
+}
+
+// keyLabel names a lock-table key in an error message: a lock by its
+// quoted name, a role (whose key carries an internal prefix) as
+// role "name".
+func keyLabel(key string) string {
+	if role, ok := strings.CutPrefix(key, fsm.RolePrefix); ok {
+		return "role " + strconv.Quote(role)
+	}
+	return strconv.Quote(key)
 }
