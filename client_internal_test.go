@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,5 +101,18 @@ func TestNoConnectionAfterClose(t *testing.T) {
 	n.router.close()
 	if cc, err := n.router.conn(n.ID()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("router conn after close = %v, %v; want ErrClosed", cc, err)
+	}
+}
+
+// An error about a huge name quotes only its start: the message stays
+// readable (names may be up to MaxNameBytesLimit).
+func TestInvalidNameErrorStaysShort(t *testing.T) {
+	name := strings.Repeat("n", 100_000) + "\x00"
+	err := checkName(name, 1024)
+	if !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("checkName: %v, want ErrInvalidName", err)
+	}
+	if msg := err.Error(); len(msg) > 300 || !strings.Contains(msg, "100001 bytes") {
+		t.Fatalf("message of %d bytes: %.400s", len(msg), msg)
 	}
 }

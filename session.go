@@ -725,7 +725,7 @@ func (s *Session) Close(ctx context.Context) error {
 
 func checkName(name string, max int) error {
 	if !fsm.ValidName(name, max) {
-		return fmt.Errorf("%w: %q (want 1..%d bytes of UTF-8 without NUL)", ErrInvalidName, name, max)
+		return fmt.Errorf("%w: %s, %d bytes (want 1..%d bytes of UTF-8 without NUL)", ErrInvalidName, keyLabel(name), len(name), max)
 	}
 	return nil
 }
@@ -735,7 +735,17 @@ func checkName(name string, max int) error {
 // role "name".
 func keyLabel(key string) string {
 	if role, ok := strings.CutPrefix(key, fsm.RolePrefix); ok {
-		return "role " + strconv.Quote(role)
+		return "role " + quoteShort(role)
 	}
-	return strconv.Quote(key)
+	return quoteShort(key)
+}
+
+// quoteShort quotes s, cut to its first 64 bytes (and "...") when longer,
+// so that an error about a huge name stays readable.
+func quoteShort(s string) string {
+	const keep = 64
+	if len(s) <= keep {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:keep]) + "..."
 }
