@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/quorumlock/quorumlock/internal/proctest"
 )
 
 // TestMain runs the command itself when a test starts this binary with
@@ -30,28 +26,5 @@ func TestLeaderExample(t *testing.T) {
 // Interrupted with Ctrl-C, it stops (even while campaigning), closes its
 // replicas and removes their data directory.
 func TestLeaderExampleInterrupted(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tmp := t.TempDir()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "LEADER_MAIN=1", "TMPDIR="+tmp)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if !strings.HasPrefix(line, "Started 3 replicas") {
-		t.Fatalf("first line %q %v", line, err)
-	}
-	cmd.Process.Signal(syscall.SIGINT)
-	if err := cmd.Wait(); ctx.Err() != nil {
-		t.Fatalf("not stopped by SIGINT: %v", err)
-	}
-	left, err := os.ReadDir(tmp)
-	if err != nil || len(left) != 0 {
-		t.Fatalf("left behind in TMPDIR: %v %v", left, err)
-	}
+	proctest.Interrupt(t, "LEADER_MAIN=1", "Started 3 replicas")
 }

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/quorumlock/quorumlock/internal/proctest"
 )
 
 // TestMain runs the command itself when a test starts this binary with
@@ -37,28 +33,5 @@ func TestQuickstartInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 5-replica cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	tmp := t.TempDir()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "QUICKSTART_MAIN=1", "TMPDIR="+tmp)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if !strings.HasPrefix(line, "1. ") {
-		t.Fatalf("first line %q %v", line, err)
-	}
-	cmd.Process.Signal(syscall.SIGINT)
-	if err := cmd.Wait(); ctx.Err() != nil {
-		t.Fatalf("not stopped by SIGINT: %v", err)
-	}
-	left, err := os.ReadDir(tmp)
-	if err != nil || len(left) != 0 {
-		t.Fatalf("left behind in TMPDIR: %v %v", left, err)
-	}
+	proctest.Interrupt(t, "QUICKSTART_MAIN=1", "1. ")
 }
