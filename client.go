@@ -39,14 +39,12 @@ type Client struct {
 	opts  clientOptions
 	addrs []string
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-	ka    map[string]*kaStream
-	ps    map[string]*propStream
-	// connsClosed: Close has closed every connection; conn opens no more.
-	connsClosed bool
-	current     int    // index in addrs of the replica tried first
-	leader      string // last known leader address; "" if unknown
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+	ka      map[string]*kaStream
+	ps      map[string]*propStream
+	current int    // index in addrs of the replica tried first
+	leader  string // last known leader address; "" if unknown
 	// leaderMoved is closed (and replaced) when the known leader changes to
 	// another address: a request stuck at the old one moves on. gRPC's
 	// keepalive cannot notice a paused replica sooner than in 10-20 s.
@@ -453,9 +451,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
-	if c.connsClosed {
+	if c.isClosed() {
 		// A retry racing with Close: a connection opened now would never
-		// be closed.
+		// be closed (Close marks the client closed before closeConns).
 		return nil, ErrClosed
 	}
 	cc, err := grpc.NewClient(addr, dialOptions(c.opts.tls, c.opts.dialer)...)
@@ -488,7 +486,6 @@ func (c *Client) closeConns() {
 	clear(c.ka)
 	clear(c.ps)
 	clear(c.conns)
-	c.connsClosed = true
 }
 
 // dialOptions are the options of every connection quorumlock opens to a

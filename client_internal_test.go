@@ -98,7 +98,7 @@ func TestNoConnectionAfterClose(t *testing.T) {
 		t.Fatalf("%d connections recorded after Close", left)
 	}
 
-	n.router.close()
+	n.Close()
 	if cc, err := n.router.conn(n.ID()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("router conn after close = %v, %v; want ErrClosed", cc, err)
 	}

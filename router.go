@@ -41,8 +41,6 @@ type router struct {
 	conns map[uint64]*grpc.ClientConn
 	ka    map[uint64]*kaStream
 	ps    map[uint64]*propStream
-	// closed: close has closed every connection; conn opens no more.
-	closed bool
 }
 
 func newRouter(n *Node) *router {
@@ -162,9 +160,10 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if cc, ok := r.conns[id]; ok {
 		return cc, nil
 	}
-	if r.closed {
+	if r.n.isClosed() {
 		// A forwarded call or heartbeat racing with Close: a connection
-		// opened now would never be closed.
+		// opened now would never be closed (Close marks the node closed
+		// before it closes the router).
 		return nil, ErrClosed
 	}
 	addr, ok := r.n.cfg.Peers[id]
@@ -230,7 +229,6 @@ func (r *router) close() {
 	}
 	clear(r.ka)
 	clear(r.conns)
-	r.closed = true
 }
 
 // grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.
