@@ -94,7 +94,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	targetOnly := cmd.Op == fsm.OpWithdraw && cmd.Name == "" && cmd.Target != 0
 	if (cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim) && !targetOnly {
 		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("want 1..%d bytes of UTF-8 without NUL", s.lim.MaxNameBytes)}, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
 		}
 		if len(cmd.Value) > s.lim.MaxValueBytes {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
@@ -303,7 +303,7 @@ func ResponseOf(r fsm.Result) *lockpb.Response {
 // majority blocks until ctx ends.
 func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockpb.HolderResponse, error) {
 	if !fsm.ValidKey(req.GetName(), s.lim.MaxNameBytes) {
-		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("want 1..%d bytes of UTF-8 without NUL", s.lim.MaxNameBytes)}, nil
+		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
 	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
@@ -316,6 +316,12 @@ func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockp
 
 func holderResponse(li fsm.LockInfo) *lockpb.HolderResponse {
 	return &lockpb.HolderResponse{Session: li.Holder, Token: li.Token, Waiters: li.Waiters, Value: li.Value}
+}
+
+// nameRule is the message of a CODE_INVALID answer to a name outside the
+// cluster's bound (a client states it in its ErrInvalidName).
+func (s *Service) nameRule() string {
+	return fmt.Sprintf("want 1..%d bytes of UTF-8 without NUL", s.lim.MaxNameBytes)
 }
 
 func (s *Service) linearize(ctx context.Context) error {
