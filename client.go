@@ -211,14 +211,9 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 // NewSession opens a session on the cluster. Options and errors as for
 // Node.NewSession.
 func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
-	o := sessionOptions{ttl: c.opts.ttl}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
-		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
+	o, err := newSessionOptions(c.opts.ttl, opts)
+	if err != nil {
+		return nil, err
 	}
 	if c.isClosed() {
 		return nil, ErrClosed

@@ -1,6 +1,9 @@
 package quorumlock
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // SessionOption is a per-session knob for NewSession. A nil SessionOption
 // is ignored.
@@ -18,4 +21,20 @@ type sessionOptions struct {
 // session during a leader election.
 func WithTTL(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = d }
+}
+
+// newSessionOptions applies opts (nil ones skipped) over the default TTL
+// ttl and checks the result: ErrInvalidTTL for a TTL outside
+// [MinSessionTTL, MaxSessionTTL].
+func newSessionOptions(ttl time.Duration, opts []SessionOption) (sessionOptions, error) {
+	o := sessionOptions{ttl: ttl}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
+		return o, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
+	}
+	return o, nil
 }

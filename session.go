@@ -74,14 +74,9 @@ type Session struct {
 // Options: WithTTL (default Config.SessionTTL). Errors: ErrInvalidTTL,
 // ErrLimit (too many sessions), ErrClosed, ctx's error.
 func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
-	o := sessionOptions{ttl: n.cfg.SessionTTL}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
-		return nil, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
+	o, err := newSessionOptions(n.cfg.SessionTTL, opts)
+	if err != nil {
+		return nil, err
 	}
 	if n.isClosed() {
 		return nil, ErrClosed
@@ -676,15 +671,7 @@ func (s *Session) Locks() []*Lock {
 			out = append(out, l)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Lock) int {
-		if a.name < b.name {
-			return -1
-		}
-		if a.name > b.name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *Lock) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
