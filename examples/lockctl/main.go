@@ -193,10 +193,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 func (e *env) dial(ctx context.Context) (*quorumlock.Client, error) {
 	var addrs []string
 	for a := range strings.SplitSeq(e.g.endpoints, ",") {
-		if a = strings.TrimSpace(a); a == "" {
-			continue
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
 		}
-		addrs = append(addrs, a)
 	}
 	if len(addrs) == 0 {
 		return nil, errors.New("no endpoints: set -endpoints or LOCKCTL_ENDPOINTS")
