@@ -18,7 +18,7 @@ import (
 )
 
 // killDirEnv tells a re-executed test binary to act as the writer of
-// testKillDuringWrites in the directory it names.
+// testKillDuringWrites in the directory it names (Run calls killChild).
 const killDirEnv = "QUORUMLOCK_STORAGETEST_KILL_DIR"
 
 // Writes of the child, one line each on stdout, printed after the write
@@ -41,10 +41,6 @@ const (
 // crash, not a power loss; backends test lost unsynced writes with their own
 // fault-injecting file systems.
 func testKillDuringWrites(t *testing.T, h *harness) {
-	if dir := os.Getenv(killDirEnv); dir != "" {
-		killChild(t, h.open, dir)
-		return
-	}
 	if testing.Short() {
 		t.Skip("spawns child processes")
 	}
@@ -60,10 +56,17 @@ func testKillDuringWrites(t *testing.T, h *harness) {
 	pattern := strings.Join(elems, "/")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 
+	// The children's temporary directory: whatever a killed child leaves
+	// there is removed with the parent's, and must be nothing.
+	childTmp := t.TempDir()
+
 	var acked killState
 	for round := range 3 {
 		n := 20 + rng.IntN(120)
-		got := runKillChild(t, pattern, dir, n)
+		got := runKillChild(t, pattern, dir, childTmp, n)
+		if left, _ := os.ReadDir(childTmp); len(left) > 0 {
+			t.Errorf("the killed writer left %d entries in its temporary directory, first %s", len(left), left[0].Name())
+		}
 		acked.merge(got)
 		t.Logf("round %d: killed after %d writes; acknowledged: save %d, snapshot %d, compact %d",
 			round, n, acked.saved, acked.snap, acked.compacted)
@@ -88,12 +91,12 @@ func (k *killState) merge(o killState) {
 	k.compacted = max(k.compacted, o.compacted)
 }
 
-// runKillChild starts the writer, reads its acknowledgements until it made n
+// runKillChild starts the writer (with tmp as its TMPDIR), reads its acknowledgements until it made n
 // writes, kills it and returns what it acknowledged.
-func runKillChild(t *testing.T, pattern, dir string, n int) killState {
+func runKillChild(t *testing.T, pattern, dir, tmp string, n int) killState {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.count=1")
-	cmd.Env = append(os.Environ(), killDirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), killDirEnv+"="+dir, "TMPDIR="+tmp)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
