@@ -117,6 +117,11 @@ func catchUpWait(t *testing.T, c *testcluster.Cluster, ids []uint64, d time.Dura
 		if ok {
 			return
 		}
+		for _, id := range ids {
+			if err := c.Node(id).Err(); err != nil {
+				t.Fatalf("replica %d stopped: %v", id, err)
+			}
+		}
 		if time.Now().After(deadline) {
 			for _, id := range ids {
 				t.Logf("replica %d: %+v", id, c.Node(id).Status())
