@@ -275,6 +275,20 @@ func TestObserve(t *testing.T) {
 			gmu.Unlock()
 		}
 	}()
+	// The stream starts with the state at its linearizable read, which
+	// may come after the first elections on a loaded machine: wait for
+	// that first event before electing.
+	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		gmu.Lock()
+		started := len(got) > 0
+		gmu.Unlock()
+		if started {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("no first event from Observe")
+		}
+	}
 	n := c.Node(lead)
 	s := newSession(t, n)
 	ctx := testCtx(t, 30*time.Second)
