@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -338,16 +339,40 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 			if cc, err := c.conn(addr); err == nil {
 				// Follow the leader: a stream from a replica that went
 				// silent would otherwise hang until keepalive notices.
+				// A stream already served by the new leader is kept:
+				// every restart starts again from the current state, so
+				// the changes made meanwhile are not reported.
 				octx, cancel := context.WithCancel(ctx)
-				stop := context.AfterFunc(chanCtx(moved), cancel)
+				var away atomic.Bool
+				go func() {
+					for m := moved; ; {
+						select {
+						case <-m:
+							m = c.moved()
+							if c.pick() != addr {
+								away.Store(true)
+								cancel()
+								return
+							}
+						case <-octx.Done():
+							return
+						}
+					}
+				}()
 				refused := c.observeOnce(octx, cc, roleKey(role), src)
-				stop()
 				cancel()
 				if refused {
 					// The cluster refuses the role (its MaxNameBytes is
 					// below the client's): as Node.Observe does for an
 					// invalid role, the stream closes.
 					return
+				}
+				if away.Load() && ctx.Err() == nil {
+					// Not a failure: go to the new leader at once,
+					// keeping it as the leader (rotate would forget
+					// it).
+					backoff = minBackoff
+					continue
 				}
 			}
 			if ctx.Err() != nil {
