@@ -608,6 +608,12 @@ func (c *Client) proposeTracked(ctx context.Context, req *lockpb.Request) (resp 
 func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error)) error {
 	backoff := minBackoff
 	for {
+		// Nothing is sent once ctx has ended: a request sent then could
+		// take effect (a grant) after the caller was told ctx's error, as
+		// it never does on a replica.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		// moved before pick: a leader change between the two closes it.
 		moved := c.moved()
 		addr := c.pick()
@@ -632,7 +638,10 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 				if c.pick() != addr {
 					continue
 				}
-			} else {
+			} else if ctx.Err() == nil {
+				// The replica failed, not the caller's ctx: a
+				// cancelled call must not make the client forget the
+				// leader.
 				c.rotate(addr)
 			}
 		} else {
