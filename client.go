@@ -318,8 +318,12 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 // again from a linearizable read. A replica cut off after it sent the
 // current state is left only when the client learns of a new leader (from
 // its sessions' heartbeats) or the connection fails: until then no change
-// is reported. The channel closes when ctx ends, the Client closes, or
-// at once for an invalid role (also one the replicas refuse: longer than
+// is reported. When the client learns of a leader other than the replica
+// serving the stream, the stream moves to it at once; a restart starts
+// again from the current state, so a leadership that began and ended
+// during that one round trip can be missed (never reported out of order).
+// The channel closes when ctx ends, the Client closes, or at once for an
+// invalid role (also one the replicas refuse: longer than
 // their MaxNameBytes).
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
