@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -317,8 +318,12 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 // again from a linearizable read. A replica cut off after it sent the
 // current state is left only when the client learns of a new leader (from
 // its sessions' heartbeats) or the connection fails: until then no change
-// is reported. The channel closes when ctx ends, the Client closes, or
-// at once for an invalid role (also one the replicas refuse: longer than
+// is reported. When the client learns of a leader other than the replica
+// serving the stream, the stream moves to it at once; a restart starts
+// again from the current state, so a leadership that began and ended
+// during that one round trip can be missed (never reported out of order).
+// The channel closes when ctx ends, the Client closes, or at once for an
+// invalid role (also one the replicas refuse: longer than
 // their MaxNameBytes).
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
@@ -338,16 +343,40 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 			if cc, err := c.conn(addr); err == nil {
 				// Follow the leader: a stream from a replica that went
 				// silent would otherwise hang until keepalive notices.
+				// A stream already served by the new leader is kept:
+				// every restart starts again from the current state, so
+				// the changes made meanwhile are not reported.
 				octx, cancel := context.WithCancel(ctx)
-				stop := context.AfterFunc(chanCtx(moved), cancel)
+				var away atomic.Bool
+				go func() {
+					for m := moved; ; {
+						select {
+						case <-m:
+							m = c.moved()
+							if c.pick() != addr {
+								away.Store(true)
+								cancel()
+								return
+							}
+						case <-octx.Done():
+							return
+						}
+					}
+				}()
 				refused := c.observeOnce(octx, cc, roleKey(role), src)
-				stop()
 				cancel()
 				if refused {
 					// The cluster refuses the role (its MaxNameBytes is
 					// below the client's): as Node.Observe does for an
 					// invalid role, the stream closes.
 					return
+				}
+				if away.Load() && ctx.Err() == nil {
+					// Not a failure: go to the new leader at once,
+					// keeping it as the leader (rotate would forget
+					// it).
+					backoff = minBackoff
+					continue
 				}
 			}
 			if ctx.Err() != nil {
@@ -583,6 +612,12 @@ func (c *Client) proposeTracked(ctx context.Context, req *lockpb.Request) (resp 
 func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error)) error {
 	backoff := minBackoff
 	for {
+		// Nothing is sent once ctx has ended: a request sent then could
+		// take effect (a grant) after the caller was told ctx's error, as
+		// it never does on a replica.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		// moved before pick: a leader change between the two closes it.
 		moved := c.moved()
 		addr := c.pick()
@@ -607,7 +642,10 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 				if c.pick() != addr {
 					continue
 				}
-			} else {
+			} else if ctx.Err() == nil {
+				// The replica failed, not the caller's ctx: a
+				// cancelled call must not make the client forget the
+				// leader.
 				c.rotate(addr)
 			}
 		} else {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -52,7 +53,7 @@ type Leadership struct {
 	role  string
 	s     *Session
 	lock  *Lock
-	owned bool // the session was opened for this leadership (Node.Elect)
+	owned bool // the session was opened for this leadership (Node.Elect, Client.Elect)
 
 	resigned atomic.Bool // Resign was called while the session was live
 
@@ -111,19 +112,34 @@ func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
 // campaigns with it (see Session.Elect). The session is closed when the
 // leadership is resigned, and ends with it when it is lost.
 func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
-	if err := checkName(role, n.cfg.MaxNameBytes); err != nil {
+	return electOwned(ctx, role, value, n.cfg.MaxNameBytes, n.cfg.electionTimeout(), n.NewSession)
+}
+
+// Elect is Node.Elect through the client: it opens a session on the cluster
+// dedicated to the leadership (with the client's default TTL) and campaigns
+// with it (see Session.Elect). The session is closed when the leadership is
+// resigned, and ends with it when it is lost.
+func (c *Client) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
+	return electOwned(ctx, role, value, c.opts.maxName, c.opts.settle, c.NewSession)
+}
+
+// electOwned campaigns for role with a session opened for it; settle bounds
+// the closing of that session when the campaign fails.
+func electOwned(ctx context.Context, role string, value []byte, maxName int, settle time.Duration,
+	newSession func(context.Context, ...SessionOption) (*Session, error)) (*Leadership, error) {
+	if err := checkName(role, maxName); err != nil {
 		return nil, err
 	}
 	if err := checkValue(value); err != nil {
 		return nil, err
 	}
-	s, err := n.NewSession(ctx)
+	s, err := newSession(ctx)
 	if err != nil {
 		return nil, err
 	}
 	l, err := s.acquire(ctx, roleKey(role), false, value)
 	if err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.electionTimeout())
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settle)
 		defer cancel()
 		s.Close(cctx)
 		return nil, err
@@ -181,13 +197,13 @@ func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
 func (l *Leadership) Context() context.Context { return l.ctx }
 
 // Resign gives up the leadership: the next candidate is elected with a
-// larger epoch. With Node.Elect, the dedicated session is closed too. Done
-// closes at once, before the release is sent (so before the next candidate
-// can be elected), whatever the outcome. Errors as for Lock.Release
-// (ErrNotHeld if the leadership was already lost or resigned), except with
-// Node.Elect, where Resign is Session.Close of the dedicated session: a
-// second Resign returns nil, and one after the session ended returns its
-// end cause.
+// larger epoch. With Node.Elect or Client.Elect, the dedicated session is
+// closed too. Done closes at once, before the release is sent (so before
+// the next candidate can be elected), whatever the outcome. Errors as for
+// Lock.Release (ErrNotHeld if the leadership was already lost or
+// resigned), except with Node.Elect or Client.Elect, where Resign is
+// Session.Close of the dedicated session: a second Resign returns nil, and
+// one after the session ended returns its end cause.
 func (l *Leadership) Resign(ctx context.Context) error {
 	// Done closes before the release can elect the next candidate: the
 	// leader's work (under Context) must have been told to stop first.
@@ -204,16 +220,16 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	return l.lock.Release(ctx)
 }
 
-// Proclaim replaces the value published with the leadership, without giving
-// it up. A deposed leader's Proclaim fails with ErrNotHeld (the epoch is no
-// longer current) and changes nothing, and so does one called after Resign
-// (even one whose release is unconfirmed, and with Node.Elect, whose
-// session Resign closed) or once Done has closed while the session lives.
-// Once the session has ended (closed, expired, revoked, its Node or
-// Client closed), Proclaim returns the session's error: ErrSessionExpired
-// or ErrClosed. Other errors: ErrLimit for a value over MaxValueBytes
-// (4 KiB), ErrUnknownOutcome wrapping ctx's error if ctx ended before the
-// answer.
+// Proclaim replaces the value published with the leadership, without
+// giving it up. A deposed leader's Proclaim fails with ErrNotHeld (the
+// epoch is no longer current) and changes nothing, and so does one called
+// after Resign (even one whose release is unconfirmed, and with Node.Elect
+// or Client.Elect, whose session Resign closed) or once Done has closed
+// while the session lives. Once the session has ended (closed, expired,
+// revoked, its Node or Client closed), Proclaim returns the session's
+// error: ErrSessionExpired or ErrClosed. Other errors: ErrLimit for a value
+// over MaxValueBytes (4 KiB), ErrUnknownOutcome wrapping ctx's error if ctx
+// ended before the answer.
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	s := l.s
 	if err := checkValue(value); err != nil {
