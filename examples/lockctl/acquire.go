@@ -22,7 +22,15 @@ import (
 // command gets SIGTERM, then SIGKILL after -kill-grace, and lockctl exits 1:
 // the command must not assume it still held the lock, and a resource that
 // checks QUORUMLOCK_TOKEN with a fence will have refused it if a newer
-// holder came in meanwhile.
+// holder came in meanwhile. Without a command, lockctl prints the token and
+// holds the lock until SIGINT or SIGTERM (release, exit 0) or until it is
+// lost (exit 1).
+//
+// "Lost" covers "lockctl release" and "lockctl revoke-session" by another
+// process: both end this process's session on the cluster, which answers
+// its next heartbeat (within TTL/3) with "gone", exactly as for an expired
+// session. The client cannot tell the two apart, so neither can lockctl:
+// it says the lock was lost, naming both possible causes, and exits 1.
 func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 	ttl := fs.Duration("ttl", 10*time.Second, "session TTL: how long the cluster keeps the lock after lockctl stops heartbeating (crash, partition)")
 	wait := fs.Duration("wait", 0, "give up if the lock is not granted within this time (0: wait until interrupted)")
@@ -122,7 +130,7 @@ func acquireInterruptibly(ctx context.Context, s *quorumlock.Session, name strin
 }
 
 // holdUntilSignal prints the token and holds the lock until a signal, or
-// fails when the lock is lost.
+// fails when the lock is lost (expired, or freed by lockctl release).
 func holdUntilSignal(e *env, l *quorumlock.Lock, sigs <-chan os.Signal) error {
 	fmt.Fprintln(e.stdout, l.Token())
 	select {
@@ -197,7 +205,12 @@ func lostError(l *quorumlock.Lock) error {
 	if cause == nil {
 		cause = quorumlock.ErrNotHeld
 	}
-	return fmt.Errorf("lock %q (token %d) was lost while held: %w", l.Name(), l.Token(), cause)
+	why := ""
+	if errors.Is(cause, quorumlock.ErrSessionExpired) {
+		// Expiry and revocation look the same from here.
+		why = " (its session ended: it expired, or lockctl release or revoke-session revoked it)"
+	}
+	return fmt.Errorf("lock %q (token %d) was lost while held%s: %w", l.Name(), l.Token(), why, cause)
 }
 
 // exitStatus maps the command's end to lockctl's: its exit code, or 128 +
