@@ -277,7 +277,8 @@ func TestStatusLocksSessions(t *testing.T) {
 func TestUsageAndErrors(t *testing.T) {
 	lc := &ctl{t: t, flags: []string{"-endpoints", "127.0.0.1:1", "-timeout", "500ms"}}
 	for _, args := range [][]string{{}, {"frobnicate"}, {"revoke-session"}, {"locks", "extra"}, {"acquire"}, {"status", "-bogus"},
-		{"-timeout", "0s", "status"}, {"locks", "-election-timeout", "-1s"}, {"acquire", "-wait", "-1s", "x"}, {"acquire", "-kill-grace", "-1s", "x", "true"}} {
+		{"-timeout", "0s", "status"}, {"locks", "-election-timeout", "-1s"}, {"acquire", "-wait", "-1s", "x"}, {"acquire", "-kill-grace", "-1s", "x", "true"},
+		{"release"}, {"release", "a", "b"}, {"release", "-token", "0", "x"}, {"release", "-token", "", "x"}, {"release", "-token", "t1", "x"}} {
 		if _, errs, code := lc.run(args...); code != 2 || !strings.Contains(errs, "usage") {
 			t.Errorf("lockctl %q: exit %d, stderr %q", args, code, errs)
 		}

@@ -10,13 +10,21 @@
 // status is 1 on failure, 2 for usage errors; acquire with a command exits
 // with the command's status (128+N if signal N killed it).
 //
-// There is no "release" command. A lock belongs to the session that
-// acquired it, and that session lives only inside the process that opened
-// it: "lockctl acquire" releases its lock when its command exits or when it
-// is interrupted. To take a lock away from a holder that is stuck or gone,
-// revoke its session with "lockctl revoke-session ID": the cluster frees
-// the session's locks through the log and the next waiter is granted with a
-// larger fencing token.
+// A lock belongs to the session that acquired it, and that session lives
+// only inside the process that opened it: "lockctl acquire" releases its
+// lock itself when its command exits or when it gets SIGINT or SIGTERM.
+// From another process, a lock can only be freed by ending its holder's
+// session through the log (the next waiter is granted with a larger
+// fencing token, and the old holder learns at its next heartbeat):
+//
+//	lockctl acquire build-lock > token.txt &   # prints the token, holds
+//	...
+//	lockctl release -token "$(cat token.txt)" build-lock
+//
+// "release NAME" does that for a session that holds NAME and nothing else
+// (and, with -token, only for that grant); "revoke-session ID" ends any
+// session, whatever it holds. The holding "lockctl acquire" cannot tell a
+// revocation from an expiry: it reports the lock lost and exits 1.
 package main
 
 import (
@@ -81,7 +89,8 @@ var commands = []command{
 	{"status", "[-json]", "each replica's ID, known leader, term, commit and applied indexes; * marks the leader; exits 1 if a replica does not answer or none leads", statusCmd},
 	{"locks", "[-after NAME] [-limit N] [-all] [-json]", "held locks and roles: holder session, fencing token, waiters, role values", locksCmd},
 	{"sessions", "[-after ID] [-limit N] [-all] [-json]", "live sessions: ID, TTL, locks held", sessionsCmd},
-	{"acquire", "[-ttl D] [-wait D] [-kill-grace D] NAME [--] [COMMAND [ARGS...]]", "hold the lock NAME while COMMAND runs (env QUORUMLOCK_TOKEN, QUORUMLOCK_NAME, QUORUMLOCK_SESSION) and exit with its status; without COMMAND, print the token and hold until SIGINT/SIGTERM; exits 1 if the lock is lost", acquireCmd},
+	{"acquire", "[-ttl D] [-wait D] [-kill-grace D] NAME [--] [COMMAND [ARGS...]]", "hold the lock NAME while COMMAND runs (env QUORUMLOCK_TOKEN, QUORUMLOCK_NAME, QUORUMLOCK_SESSION) and exit with its status; without COMMAND, print the token and hold until SIGINT/SIGTERM (then it releases the lock and exits 0); exits 1 if the lock is lost (its session expired or was revoked, as release does), after stopping COMMAND", acquireCmd},
+	{"release", "[-token T] NAME", "free the lock NAME held by another process (such as acquire without COMMAND) by revoking its holder's session: only if that session holds nothing else (else use revoke-session) and, with -token, only if the current grant has token T; the next grant has a larger token; exits 1 if NAME is not held or nothing was released", releaseCmd},
 	{"revoke-session", "ID", "end session ID by force: its locks go to their next waiters with larger tokens", revokeCmd},
 	{"leader", "ROLE", "the current leader of ROLE: session, epoch, value; exits 1 if none", leaderCmd},
 	{"observe", "ROLE", "print every leadership change of ROLE until interrupted", observeCmd},
@@ -181,10 +190,12 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "\n  %s %s\n      %s\n", c.name, c.args, c.help)
 	}
-	fmt.Fprintln(w, "\nThere is no release command: a lock belongs to the session of the process that")
-	fmt.Fprintln(w, "acquired it. Use revoke-session to free the locks of a stuck or departed holder.")
-	fmt.Fprintln(w, "\nExit status: 0 on success, 2 on a usage error, 1 on any other failure; acquire")
-	fmt.Fprintln(w, "with a COMMAND exits with the command's status (128+N if killed by signal N).")
+	fmt.Fprintln(w, "\nA lock belongs to the session of the process that acquired it. release and")
+	fmt.Fprintln(w, "revoke-session free locks from outside by ending that session through the log:")
+	fmt.Fprintln(w, "release only a session holding just NAME, revoke-session any session.")
+	fmt.Fprintln(w, "\nExit status: 0 on success, 2 on a usage error, 1 on any other failure (such as")
+	fmt.Fprintln(w, "release finding NAME free, or refusing); acquire with a COMMAND exits with the")
+	fmt.Fprintln(w, "command's status (128+N if killed by signal N).")
 	fmt.Fprintln(w, "\nflags (also accepted after the command):")
 	fs.PrintDefaults()
 }
