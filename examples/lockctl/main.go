@@ -17,12 +17,15 @@
 // session through the log (the next waiter is granted with a larger
 // fencing token, and the old holder learns at its next heartbeat):
 //
-//	lockctl acquire build-lock > token.txt &   # prints the token, holds
+//	lockctl acquire build-lock > token.txt &   # prints the token once granted, then holds
 //	...
 //	lockctl release -token "$(cat token.txt)" build-lock
 //
 // "release NAME" does that for a session that holds NAME and nothing else
-// (and, with -token, only for that grant); "revoke-session ID" ends any
+// (and, with -token, only for that grant); it exits 1 without revoking
+// anything if NAME is free or it refuses. Its checks are reads made before
+// the revocation, so a holder that takes another lock in that round trip
+// loses it too (lockctl acquire never does). "revoke-session ID" ends any
 // session, whatever it holds. The holding "lockctl acquire" cannot tell a
 // revocation from an expiry: it reports the lock lost and exits 1.
 package main
