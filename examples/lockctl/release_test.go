@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,6 +161,43 @@ func TestRelease(t *testing.T) {
 		out, errs, code := lc.run("release", "r/b")
 		if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("released r/b: revoked session %d,", locks.ID())) {
 			t.Fatalf("release r/b, the session's only lock: exit %d\nstdout: %q\nstderr: %q", code, out, errs)
+		}
+	})
+
+	// An acquire running a command loses its lock as on any revocation:
+	// the command gets SIGTERM, and acquire exits 1.
+	t.Run("acquire with a command", func(t *testing.T) {
+		ctx := testCtx(t)
+		marker := filepath.Join(t.TempDir(), "terminated")
+		cmd := lc.command(ctx, "acquire", "-ttl", "2s", "-kill-grace", "5s", "r/cmd", "--",
+			"sh", "-c", `trap 'echo x > `+marker+`; exit 143' TERM; echo started; while :; do sleep 0.05; done`)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "started\n" {
+			t.Fatalf("command did not start: %q %v %s", line, err, errb.String())
+		}
+		info, err := cl.Holder(ctx, "r/cmd")
+		if err != nil || info.Holder == 0 {
+			t.Fatalf("r/cmd: %+v %v", info, err)
+		}
+		out := lc.ok("release", "-token", strconv.FormatUint(uint64(info.Token), 10), "r/cmd")
+		if want := fmt.Sprintf("released r/cmd: revoked session %d, which held it with token %d\n", info.Holder, info.Token); out != want {
+			t.Fatalf("release: %q, want %q", out, want)
+		}
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "stopping the command") || !strings.Contains(errb.String(), "was lost while held") {
+			t.Fatalf("acquire after release: %v\n%s", err, errb.String())
+		}
+		if _, err := os.Stat(marker); err != nil {
+			t.Fatalf("command not sent SIGTERM: %v", err)
 		}
 	})
 }
