@@ -611,6 +611,7 @@ func (c *Client) proposeTracked(ctx context.Context, req *lockpb.Request) (resp 
 // an error) when moved closes: the heartbeats found another leader.
 func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error)) error {
 	backoff := minBackoff
+	hops := 0 // redirects followed at once since the last backoff
 	for {
 		// Nothing is sent once ctx has ended: a request sent then could
 		// take effect (a grant) after the caller was told ctx's error, as
@@ -638,8 +639,15 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 				return err
 			}
 			if err == nil {
-				// Redirected: try the hint at once.
-				if c.pick() != addr {
+				// Redirected: try the hint (or, without one, the next
+				// replica) at once, but not forever: a stale hint naming
+				// a replica that names no leader (a deposed leader before
+				// the majority elects another) or replicas that all name
+				// none (an election) would bounce the request between
+				// them a round trip apart. Past one hop per address, wait
+				// as after a failure.
+				if c.pick() != addr && hops < len(c.addrs) {
+					hops++
 					continue
 				}
 			} else if ctx.Err() == nil {
@@ -659,6 +667,7 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		hops = 0
 		backoff = min(backoff*2, backoffCap(c.opts.settle))
 	}
 }
