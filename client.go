@@ -650,10 +650,15 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 					hops++
 					continue
 				}
-			} else if ctx.Err() == nil {
-				// The replica failed, not the caller's ctx: a
-				// cancelled call must not make the client forget the
-				// leader.
+			} else if ctx.Err() == nil || !blocking {
+				// The replica failed, or did not answer a request it
+				// answers at once (all but a queued acquire) before the
+				// caller's ctx ended: a silent replica (paused, black-
+				// holed) is otherwise noticed only by keepalive, 10-20 s
+				// later, and calls shorter than the attempt limit would
+				// all wait at it meanwhile. A blocking acquire whose ctx
+				// ended while it waited in the queue says nothing about
+				// the leader: it is kept.
 				c.rotate(addr)
 			}
 		} else {
