@@ -132,3 +132,76 @@ func TestReviewTodayShortCallsLeaveSilentLeader(t *testing.T) {
 	}
 	t.Fatal("five calls in a row timed out at the silent old leader")
 }
+
+// A client's Observe that moved with the leader (a failover its heartbeats
+// learned) still reports epochs in order with "no leader" between leaders,
+// and leaves no goroutine behind once its ctx ends and the client closes.
+func TestReviewTodayClientObserveAcrossFailover(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	time.Sleep(100 * time.Millisecond)
+	ignore := goleak.IgnoreCurrent()
+	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrsOf(c, c.IDs()...),
+		quorumlock.WithSessionTTL(2*time.Second), quorumlock.WithElectionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	octx, ocancel := context.WithCancel(ctx)
+	events := cl.Observe(octx, "sched")
+	if ev := nextEvent(t, events); ev.HasLeader() {
+		t.Fatalf("first event %+v", ev)
+	}
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := s.Elect(ctx, "sched", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events); ev.Epoch != ld.Epoch() {
+		t.Fatalf("event %+v, want epoch %d", ev, ld.Epoch())
+	}
+	c.Stop(lead)
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ld2, err := s.Elect(ctx, "sched", []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last quorumlock.LeaderInfo
+	for last.Epoch != ld2.Epoch() || !last.HasLeader() {
+		ev := nextEvent(t, events)
+		if ev.Epoch < last.Epoch || (ev.HasLeader() && last.HasLeader() && ev.Epoch != last.Epoch) {
+			t.Fatalf("event %+v after %+v", ev, last)
+		}
+		last = ev
+	}
+	ocancel()
+	for range events {
+	}
+	cl.Close()
+	// The cluster's own goroutines come and go (redials of the stopped
+	// replica): only the client's must be gone.
+	for i := 0; ; i++ {
+		err := goleak.Find(ignore)
+		if err == nil {
+			return
+		}
+		left := ""
+		for _, f := range []string{"quorumlock.(*Client)", "quorumlock.observe", "quorumlock.(*propStream)", "quorumlock.(*kaStream)", "quorumlock.(*heartbeater)", "quorumlock.newLeadership"} {
+			if strings.Contains(err.Error(), f) {
+				left = f
+			}
+		}
+		if left == "" {
+			return
+		}
+		if i == 100 {
+			t.Fatalf("a goroutine of the client (%s) outlived Close: %v", left, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
