@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -527,5 +529,78 @@ func TestSnapshotAfterCommitOnlySave(t *testing.T) {
 	defer func() { _ = s.Close() }()
 	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < 10 {
 		t.Fatalf("InitialState after a crash: %v, %v; want commit >= the snapshot's index 10", hs, err)
+	}
+}
+
+// TestFlushFailureStopsWrites makes every flush fail with ENOSPC (a full
+// disk under a WAL that still has room). Pebble only logs a failed flush and
+// retries it; once the memtables fill, it stalls every commit until a flush
+// succeeds, so without the store's BackgroundError hook a Save would block
+// forever and the replica would hang instead of stopping. The store must
+// instead turn the failure into its sticky write error before that, and lose
+// nothing it acknowledged.
+func TestFlushFailureStopsWrites(t *testing.T) {
+	mem := vfs.NewMem()
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpFileWrite) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	s := openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
+	toggle.On()
+
+	// 60 KiB entries: two 8 MiB memtables (Pebble's stall threshold) hold
+	// fewer than 300, so 1000 Saves reach the stall if the failure is missed.
+	pad := strings.Repeat("z", 60<<10)
+	entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+	type result struct {
+		acked uint64
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		for i := uint64(1); i <= 1000; i++ {
+			if r.err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); r.err != nil {
+				break
+			}
+			r.acked = i
+		}
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("Save blocked: the failed flushes were not reported")
+	}
+	if !errors.Is(r.err, syscall.ENOSPC) {
+		t.Fatalf("Saves with failing flushes: %d acknowledged, then err = %v; want an error wrapping ENOSPC", r.acked, r.err)
+	}
+	if err := s.Save(nil, []*raftpb.Entry{entry(r.acked + 1)}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Save after the failure: err = %v, want the sticky ENOSPC", err)
+	}
+	_ = s.Close()
+
+	// With space again, the store reopens with every acknowledged entry
+	// (and perhaps the failed Save's: it may have reached the WAL).
+	toggle.Off()
+	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	if last, err := s.LastIndex(); err != nil || last < r.acked || last > r.acked+1 {
+		t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, r.acked, r.acked+1)
+	}
+	ents, err := s.Entries(1, r.acked+1, noLimitSize)
+	if err != nil || uint64(len(ents)) != r.acked {
+		t.Fatalf("Entries(1, %d) = %d entries, %v", r.acked+1, len(ents), err)
+	}
+	for k, e := range ents {
+		if !bytes.Equal(e.GetData(), entry(uint64(k)+1).GetData()) {
+			t.Fatalf("entry %d differs after reopening", k+1)
+		}
+	}
+	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < r.acked {
+		t.Fatalf("hard state = %v, %v; want commit %d or more", hs, err, r.acked)
 	}
 }

@@ -139,6 +139,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		Lock:               lock,
 		FS:                 walSizingFS{FS: fs, syncs: s.syncs},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
+		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
 		// tail is served from the entry cache: modest memtables and block cache
@@ -646,7 +647,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// setFatal records the first failure Pebble reports through Logger.Fatalf.
+// backgroundError is Pebble's EventListener.BackgroundError: a flush or
+// compaction failed (cancelled compactions are not reported), or a
+// background read found damage. Pebble only logs such an error and tries
+// again, at once and forever; a flush that keeps failing (a full disk) lets
+// the memtables fill until Pebble stalls every commit, and the Save waiting
+// in that stall never returns. So the first one is recorded as the sticky
+// write error: the next write fails with it (the data already written is
+// durable in Pebble's WAL) and the replica stops.
+func (s *Store) backgroundError(err error) {
+	s.log.Error("pebblestore: pebble background error; the store refuses further writes",
+		zap.String("dir", s.dir), zap.Error(err))
+	s.setFatal(fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err))
+}
+
+// setFatal records the first failure Pebble reports through Logger.Fatalf
+// or EventListener.BackgroundError.
 func (s *Store) setFatal(err error) {
 	s.fatalMu.Lock()
 	defer s.fatalMu.Unlock()
