@@ -604,3 +604,76 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 		t.Fatalf("hard state = %v, %v; want commit %d or more", hs, err, r.acked)
 	}
 }
+
+// TestWALCreateFailureStopsWrites makes the creation (and reuse) of Pebble's
+// next WAL file fail, as a full disk or a process out of file descriptors
+// does. Pebble opens it while it switches memtables inside a commit and
+// panics when that fails, in a way no recover can catch (the panic unlocks
+// a mutex twice): the whole process died. The store must instead fail the
+// Save, refuse later writes, and reopen with every acknowledged entry.
+func TestWALCreateFailureStopsWrites(t *testing.T) {
+	for _, cause := range []error{syscall.ENOSPC, syscall.EMFILE} {
+		t.Run(cause.Error(), func(t *testing.T) {
+			mem := vfs.NewMem()
+			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpReuseForWrite) {
+					return cause
+				}
+				return nil
+			})}
+			fs := errorfs.Wrap(mem, toggle)
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			saveEach(t, s, 1, 3)
+
+			// 60 KiB entries fill Pebble's first memtable (256 KiB) within
+			// a few Saves, and 1000 of them fill several.
+			toggle.On()
+			pad := strings.Repeat("z", 60<<10)
+			entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+			acked, i := uint64(3), uint64(4)
+			var err error
+			for ; i <= 1000; i++ {
+				if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
+					break
+				}
+				acked = i
+			}
+			if !errors.Is(err, cause) || !strings.Contains(err.Error(), ".log") {
+				t.Fatalf("Saves while no WAL file can be created: %d acknowledged, then err = %v; want an error wrapping %v naming the WAL", acked, err, cause)
+			}
+			if err := s.Save(nil, []*raftpb.Entry{entry(acked + 1)}); !errors.Is(err, cause) {
+				t.Fatalf("Save after the failure: err = %v, want the sticky %v", err, cause)
+			}
+			_ = s.Close()
+
+			// Open fails the same way while WAL files cannot be created.
+			if s, err := Open("db", Options{FS: fs}); !errors.Is(err, cause) {
+				if err == nil {
+					_ = s.Close()
+				}
+				t.Fatalf("Open while no WAL file can be created: err = %v, want %v", err, cause)
+			}
+
+			toggle.Off()
+			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			defer func() { _ = s.Close() }()
+			last, err := s.LastIndex()
+			if err != nil || last < acked || last > acked+1 {
+				t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
+			}
+			ents, err := s.Entries(4, acked+1, noLimitSize)
+			if err != nil || uint64(len(ents)) != acked-3 {
+				t.Fatalf("Entries(4, %d) = %d entries, %v", acked+1, len(ents), err)
+			}
+			for k, e := range ents {
+				if !bytes.Equal(e.GetData(), entry(uint64(k)+4).GetData()) {
+					t.Fatalf("entry %d differs after reopening", k+4)
+				}
+			}
+			// And the store works again.
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
+				t.Fatalf("Save after reopening: %v", err)
+			}
+		})
+	}
+}

@@ -1,7 +1,10 @@
 package pebblestore
 
 import (
+	"fmt"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -27,28 +30,92 @@ import (
 //
 // With syncs, WAL files also sync off the processor while goroutines wait
 // for processors (syncwait.go).
+//
+// A WAL file that cannot be created or reused (ENOSPC, EMFILE, EIO) is
+// reported through onWALError and handed to Pebble as a deadWAL; see there.
 type walSizingFS struct {
 	vfs.FS
 	syncs *walSyncs // nil: WAL syncs always block in SyncData
+
+	// onWALError records a failure to create or reuse a WAL file as the
+	// store's sticky error. Nil: the failure is returned to Pebble.
+	onWALError func(error)
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
 
 func (fs walSizingFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, category)
-	if err != nil || !isWAL(name) {
+	if !isWAL(name) {
 		return f, err
+	}
+	if err != nil {
+		return fs.deadWAL("create", name, err)
 	}
 	return fs.wrapWAL(f), nil
 }
 
 func (fs walSizingFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
-	if err != nil || !isWAL(newname) {
+	if !isWAL(newname) {
 		return f, err
+	}
+	if err != nil {
+		return fs.deadWAL("reuse "+oldname+" as", newname, err)
 	}
 	return fs.wrapWAL(f), nil
 }
+
+// deadWAL handles a WAL file that could not be opened. Pebble opens the
+// next WAL while it switches memtables, inside a commit, and panics when
+// that fails (DB.rotateWAL), with its mutex released so that the panic
+// becomes an unrecoverable "unlock of unlocked mutex": a full disk or a
+// process out of file descriptors would kill the whole process, every
+// replica in it. So the failure is recorded as the store's sticky error,
+// and Pebble gets a stand-in whose every write and sync fails with it: the
+// commit that switched fails, no write is acknowledged after it, and the
+// replica stops. Nothing ever reaches the missing file, so a restart finds
+// no trace of it.
+func (fs walSizingFS) deadWAL(op, name string, err error) (vfs.File, error) {
+	if fs.onWALError == nil {
+		return nil, err
+	}
+	err = fmt.Errorf("%s WAL %s: %w", op, name, err)
+	fs.onWALError(err)
+	return deadWALFile{name: fs.PathBase(name), err: err}, nil
+}
+
+// deadWALFile is the stand-in for a WAL file that could not be opened:
+// every read, write and sync fails with err. Stat succeeds (an empty file),
+// as Pebble's WAL manager requires of a reused file.
+type deadWALFile struct {
+	name string
+	err  error
+}
+
+func (f deadWALFile) Close() error                       { return nil }
+func (f deadWALFile) Read([]byte) (int, error)           { return 0, f.err }
+func (f deadWALFile) ReadAt([]byte, int64) (int, error)  { return 0, f.err }
+func (f deadWALFile) Write([]byte) (int, error)          { return 0, f.err }
+func (f deadWALFile) WriteAt([]byte, int64) (int, error) { return 0, f.err }
+func (f deadWALFile) Preallocate(int64, int64) error     { return f.err }
+func (f deadWALFile) Stat() (vfs.FileInfo, error)        { return deadWALInfo{name: f.name}, nil }
+func (f deadWALFile) Sync() error                        { return f.err }
+func (f deadWALFile) SyncTo(int64) (bool, error)         { return false, f.err }
+func (f deadWALFile) SyncData() error                    { return f.err }
+func (f deadWALFile) Prefetch(int64, int64) error        { return nil }
+func (f deadWALFile) Fd() uintptr                        { return vfs.InvalidFd }
+
+// deadWALInfo describes a deadWALFile: empty.
+type deadWALInfo struct{ name string }
+
+func (i deadWALInfo) Name() string           { return i.name }
+func (i deadWALInfo) Size() int64            { return 0 }
+func (i deadWALInfo) Mode() os.FileMode      { return 0o644 }
+func (i deadWALInfo) ModTime() time.Time     { return time.Time{} }
+func (i deadWALInfo) IsDir() bool            { return false }
+func (i deadWALInfo) Sys() any               { return nil }
+func (i deadWALInfo) DeviceID() vfs.DeviceID { return vfs.DeviceID{} }
 
 // sizingFile is a WAL file whose Preallocate extends its size (see
 // walSizingFS).

@@ -137,7 +137,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 walSizingFS{FS: fs, syncs: s.syncs},
+		FS:                 walSizingFS{FS: fs, syncs: s.syncs, onWALError: s.setFatal},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
@@ -163,6 +163,13 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
+	if err := s.fatalErr(); err != nil {
+		// Pebble could not open its new WAL (walSizingFS.deadWAL).
+		_ = db.Close()
+		_ = s.syncs.close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
 	if err := s.load(lim); err != nil {
 		_ = db.Close()
 		_ = s.syncs.close()
