@@ -2,6 +2,7 @@ package pebblestore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -671,6 +672,83 @@ func TestWALCreateFailureStopsWrites(t *testing.T) {
 				}
 			}
 			// And the store works again.
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
+				t.Fatalf("Save after reopening: %v", err)
+			}
+		})
+	}
+}
+
+// TestMetadataFailureLeavesStoreOpenable fails the sync of Pebble's MANIFEST,
+// or of the store's directory, while Saves go on. Pebble reports these
+// through Logger.Fatalf, which is meant to end the process; the store's
+// returns, and Pebble used to go on from there: it retried the flush and
+// recorded the same keys in a second table, so that every later Open
+// panicked in a compaction (and a failed directory sync while switching
+// WALs panicked at once). The store must stop with the error, and a reopened
+// store must hold every acknowledged entry and compact without trouble.
+func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(op errorfs.Op) bool
+	}{
+		{"manifest-sync", func(op errorfs.Op) bool {
+			return strings.Contains(op.Path, "MANIFEST") && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData)
+		}},
+		{"manifest-write", func(op errorfs.Op) bool {
+			return strings.Contains(op.Path, "MANIFEST") && op.Kind == errorfs.OpFileWrite
+		}},
+		{"dir-sync", func(op errorfs.Op) bool {
+			return op.Path == "db" && op.Kind == errorfs.OpFileSync
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if c.fail(op) {
+					return syscall.EIO
+				}
+				return nil
+			})}
+			fs := errorfs.Wrap(mem, toggle)
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			saveEach(t, s, 1, 3)
+
+			toggle.On()
+			pad := strings.Repeat("z", 60<<10)
+			entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+			acked := uint64(3)
+			var err error
+			for i := uint64(4); i <= 1000; i++ {
+				if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
+					break
+				}
+				acked = i
+			}
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Saves with failing %s: %d acknowledged, then err = %v; want EIO", c.name, acked, err)
+			}
+			_ = s.Close()
+
+			toggle.Off()
+			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			defer func() { _ = s.Close() }()
+			if err := s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+				t.Fatalf("compacting the reopened store: %v", err)
+			}
+			last, err := s.LastIndex()
+			if err != nil || last < acked || last > acked+1 {
+				t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
+			}
+			ents, err := s.Entries(4, acked+1, noLimitSize)
+			if err != nil || uint64(len(ents)) != acked-3 {
+				t.Fatalf("Entries(4, %d) = %d entries, %v", acked+1, len(ents), err)
+			}
+			for k, e := range ents {
+				if !bytes.Equal(e.GetData(), entry(uint64(k)+4).GetData()) {
+					t.Fatalf("entry %d differs after reopening", k+4)
+				}
+			}
 			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
 				t.Fatalf("Save after reopening: %v", err)
 			}

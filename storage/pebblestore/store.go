@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	crerrors "github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
@@ -70,6 +71,11 @@ type Store struct {
 	// Logger.Fatalf, possibly from one of its background goroutines.
 	fatalMu sync.Mutex
 	fatal   error
+
+	// broken is the first failure of any kind (fatal or failed), readable
+	// without a lock: fenceFS refuses every change to the files once it is
+	// set.
+	broken atomic.Pointer[error]
 
 	mu        sync.RWMutex
 	closed    bool
@@ -137,7 +143,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 walSizingFS{FS: fs, syncs: s.syncs, onWALError: s.setFatal},
+		FS:                 walSizingFS{FS: fenceFS{FS: fs, failed: s.brokenErr, onSyncErr: s.setFatal}, syncs: s.syncs, onWALError: s.setFatal},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
@@ -676,6 +682,21 @@ func (s *Store) setFatal(err error) {
 	if s.fatal == nil {
 		s.fatal = err
 	}
+	s.markBroken(err)
+}
+
+// markBroken records err as the failure that fences the files (fenceFS),
+// unless one is recorded already.
+func (s *Store) markBroken(err error) {
+	s.broken.CompareAndSwap(nil, &err)
+}
+
+// brokenErr returns the failure that fences the files, or nil.
+func (s *Store) brokenErr() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (s *Store) fatalErr() error {

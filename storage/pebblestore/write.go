@@ -346,6 +346,7 @@ func (s *Store) fail(err error) {
 	if s.failed == nil {
 		s.failed = err
 	}
+	s.markBroken(err)
 	s.log.Error("pebblestore: write failed; the store refuses further writes",
 		zap.String("dir", s.dir), zap.Error(err))
 }

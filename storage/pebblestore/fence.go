@@ -1,0 +1,187 @@
+package pebblestore
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// fenceFS stops Pebble from changing the store's files once the store has
+// failed: every create, write, sync, rename, link and removal returns the
+// store's sticky error.
+//
+// Pebble's Logger.Fatalf is meant to end the process; the store's logger
+// returns instead (see pebbleLogger), and Pebble then goes on from a state
+// it does not expect. After a MANIFEST sync failed, it retried the flush and
+// recorded the same keys in a second table, and every later Open panicked in
+// a compaction ("invariant violation: ... out of order"), killing the
+// process. Behind the fence, the files stay as they were when the store
+// failed, which is what a crash at that moment leaves and what Pebble's
+// recovery is built for. The store never writes again after a failure, so
+// the fence costs it nothing; reads go on.
+//
+// WAL files are left out: Pebble panics (DB.rotateWAL) when it cannot close
+// the previous WAL or open the next one while it switches memtables, which
+// a commit that passed the store's check just before a background failure
+// may still do. What such a commit writes to a WAL was never acknowledged.
+// Directory syncs never fail either: one fails inside that switch and Pebble
+// panics, so a failed directory sync is recorded (onSyncErr), which raises
+// the fence before Pebble can act on the directory's state, and reported to
+// Pebble as done; after a failure they are skipped.
+type fenceFS struct {
+	vfs.FS
+	failed    func() error // the sticky error, or nil while the store is healthy
+	onSyncErr func(error)  // records a failed directory sync as the sticky error
+}
+
+func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if isWAL(name) {
+		return fs.FS.Create(name, category)
+	}
+	if err := fs.failed(); err != nil {
+		return nil, err
+	}
+	f, err := fs.FS.Create(name, category)
+	return fs.wrap(f, err)
+}
+
+func (fs fenceFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	if isWAL(name) {
+		return fs.FS.OpenReadWrite(name, category, opts...)
+	}
+	if err := fs.failed(); err != nil {
+		return nil, err
+	}
+	f, err := fs.FS.OpenReadWrite(name, category, opts...)
+	return fs.wrap(f, err)
+}
+
+func (fs fenceFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if isWAL(newname) {
+		return fs.FS.ReuseForWrite(oldname, newname, category)
+	}
+	if err := fs.failed(); err != nil {
+		return nil, err
+	}
+	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
+	return fs.wrap(f, err)
+}
+
+func (fs fenceFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.FS.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return fencedDir{File: f, name: name, fs: fs}, nil
+}
+
+func (fs fenceFS) Link(oldname, newname string) error {
+	if err := fs.failed(); err != nil {
+		return err
+	}
+	return fs.FS.Link(oldname, newname)
+}
+
+func (fs fenceFS) Remove(name string) error {
+	if err := fs.failed(); err != nil {
+		return err
+	}
+	return fs.FS.Remove(name)
+}
+
+func (fs fenceFS) RemoveAll(name string) error {
+	if err := fs.failed(); err != nil {
+		return err
+	}
+	return fs.FS.RemoveAll(name)
+}
+
+func (fs fenceFS) Rename(oldname, newname string) error {
+	if err := fs.failed(); err != nil {
+		return err
+	}
+	return fs.FS.Rename(oldname, newname)
+}
+
+func (fs fenceFS) MkdirAll(dir string, perm os.FileMode) error {
+	if err := fs.failed(); err != nil {
+		return err
+	}
+	return fs.FS.MkdirAll(dir, perm)
+}
+
+func (fs fenceFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return fencedFile{File: f, failed: fs.failed}, nil
+}
+
+// fencedFile is a writable file of a fenceFS. Its descriptor (Fd) is the
+// wrapped file's: a WAL sync that waits off the processor (syncwait.go) goes
+// to it directly, which is harmless: a sync changes no content.
+type fencedFile struct {
+	vfs.File
+	failed func() error
+}
+
+func (f fencedFile) Write(p []byte) (int, error) {
+	if err := f.failed(); err != nil {
+		return 0, err
+	}
+	return f.File.Write(p)
+}
+
+func (f fencedFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.failed(); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f fencedFile) Preallocate(off, n int64) error {
+	if err := f.failed(); err != nil {
+		return err
+	}
+	return f.File.Preallocate(off, n)
+}
+
+func (f fencedFile) Sync() error {
+	if err := f.failed(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f fencedFile) SyncData() error {
+	if err := f.failed(); err != nil {
+		return err
+	}
+	return f.File.SyncData()
+}
+
+func (f fencedFile) SyncTo(length int64) (bool, error) {
+	if err := f.failed(); err != nil {
+		return false, err
+	}
+	return f.File.SyncTo(length)
+}
+
+// fencedDir is a directory opened by a fenceFS (Pebble opens directories
+// only to sync them). See fenceFS for why its Sync never fails.
+type fencedDir struct {
+	vfs.File
+	name string
+	fs   fenceFS
+}
+
+func (d fencedDir) Sync() error {
+	if d.fs.failed() != nil {
+		return nil
+	}
+	if err := d.File.Sync(); err != nil {
+		d.fs.onSyncErr(fmt.Errorf("sync directory %s: %w", d.name, err))
+	}
+	return nil
+}
