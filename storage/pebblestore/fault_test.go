@@ -755,3 +755,57 @@ func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenWithFailingFlush opens a store whose log must be flushed while
+// every table write fails with ENOSPC: a replica restarted on a full disk.
+// Pebble's Open waits for that flush and retries it at once and forever,
+// so Open never returned (a hot loop; the replica hung in Start). Open must
+// fail with the error instead, and a later start with space again (a new
+// process: here a copy of the files) must find every entry.
+func TestOpenWithFailingFlush(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s := openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	saveEach(t, s, 1, 50)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpFileWrite) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	toggle.On()
+	type opened struct {
+		s   *Store
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := Open("db", Options{FS: errorfs.Wrap(mem, toggle)})
+		done <- opened{s, err}
+	}()
+	var o opened
+	select {
+	case o = <-done:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("Open hangs while its flush keeps failing")
+	}
+	if o.err == nil {
+		_ = o.s.Close()
+		t.Fatal("Open with failing flushes succeeded; want ENOSPC")
+	}
+	if !errors.Is(o.err, syscall.ENOSPC) || !strings.Contains(o.err.Error(), "db") {
+		t.Fatalf("Open with failing flushes: %v; want an error wrapping ENOSPC naming the directory", o.err)
+	}
+
+	// With space again, the store opens in the same process (the given-up
+	// Pebble is parked and changes nothing) with every entry.
+	toggle.Off()
+	s = openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	checkIntact(t, s, 50)
+	saveEach(t, s, 51, 60)
+	checkIntact(t, s, 60)
+}

@@ -29,13 +29,18 @@ import (
 // panics, so a failed directory sync is recorded (onSyncErr), which raises
 // the fence before Pebble can act on the directory's state, and reported to
 // Pebble as done; after a failure they are skipped.
+//
+// park runs first in every operation that changes a file, WALs included: it
+// blocks for good once Open has given up on Pebble (Store.openPebble).
 type fenceFS struct {
 	vfs.FS
 	failed    func() error // the sticky error, or nil while the store is healthy
 	onSyncErr func(error)  // records a failed directory sync as the sticky error
+	park      func()
 }
 
 func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	fs.park()
 	if isWAL(name) {
 		return fs.FS.Create(name, category)
 	}
@@ -47,6 +52,7 @@ func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File,
 }
 
 func (fs fenceFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	fs.park()
 	if isWAL(name) {
 		return fs.FS.OpenReadWrite(name, category, opts...)
 	}
@@ -58,6 +64,7 @@ func (fs fenceFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opt
 }
 
 func (fs fenceFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	fs.park()
 	if isWAL(newname) {
 		return fs.FS.ReuseForWrite(oldname, newname, category)
 	}
@@ -77,6 +84,7 @@ func (fs fenceFS) OpenDir(name string) (vfs.File, error) {
 }
 
 func (fs fenceFS) Link(oldname, newname string) error {
+	fs.park()
 	if err := fs.failed(); err != nil {
 		return err
 	}
@@ -84,6 +92,7 @@ func (fs fenceFS) Link(oldname, newname string) error {
 }
 
 func (fs fenceFS) Remove(name string) error {
+	fs.park()
 	if err := fs.failed(); err != nil {
 		return err
 	}
@@ -91,6 +100,7 @@ func (fs fenceFS) Remove(name string) error {
 }
 
 func (fs fenceFS) RemoveAll(name string) error {
+	fs.park()
 	if err := fs.failed(); err != nil {
 		return err
 	}
@@ -98,6 +108,7 @@ func (fs fenceFS) RemoveAll(name string) error {
 }
 
 func (fs fenceFS) Rename(oldname, newname string) error {
+	fs.park()
 	if err := fs.failed(); err != nil {
 		return err
 	}
@@ -105,6 +116,7 @@ func (fs fenceFS) Rename(oldname, newname string) error {
 }
 
 func (fs fenceFS) MkdirAll(dir string, perm os.FileMode) error {
+	fs.park()
 	if err := fs.failed(); err != nil {
 		return err
 	}
@@ -115,7 +127,7 @@ func (fs fenceFS) wrap(f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fencedFile{File: f, failed: fs.failed}, nil
+	return fencedFile{File: f, fs: fs}, nil
 }
 
 // fencedFile is a writable file of a fenceFS. Its descriptor (Fd) is the
@@ -123,7 +135,12 @@ func (fs fenceFS) wrap(f vfs.File, err error) (vfs.File, error) {
 // to it directly, which is harmless: a sync changes no content.
 type fencedFile struct {
 	vfs.File
-	failed func() error
+	fs fenceFS
+}
+
+func (f fencedFile) failed() error {
+	f.fs.park()
+	return f.fs.failed()
 }
 
 func (f fencedFile) Write(p []byte) (int, error) {
@@ -177,6 +194,7 @@ type fencedDir struct {
 }
 
 func (d fencedDir) Sync() error {
+	d.fs.park()
 	if d.fs.failed() != nil {
 		return nil
 	}

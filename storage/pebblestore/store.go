@@ -77,6 +77,13 @@ type Store struct {
 	// set.
 	broken atomic.Pointer[error]
 
+	// bgFailed is closed at Pebble's first BackgroundError (bgOnce). When it
+	// comes while pebble.Open runs, Open gives up on it and sets abandoned:
+	// fenceFS then parks Pebble's goroutines at their next change to a file.
+	bgFailed  chan struct{}
+	bgOnce    sync.Once
+	abandoned atomic.Bool
+
 	mu        sync.RWMutex
 	closed    bool
 	failed    error                    // sticky write failure; nil while healthy
@@ -135,7 +142,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	s := &Store{dir: dir, log: logger, lock: lock}
+	s := &Store{dir: dir, log: logger, lock: lock, bgFailed: make(chan struct{})}
 	if opts.FS == nil {
 		// Only on the operating system's file system: a WAL sync off the
 		// processor goes to the descriptor directly, past any wrapper.
@@ -143,7 +150,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 walSizingFS{FS: fenceFS{FS: fs, failed: s.brokenErr, onSyncErr: s.setFatal}, syncs: s.syncs, onWALError: s.setFatal},
+		FS:                 walSizingFS{FS: fenceFS{FS: fs, failed: s.brokenErr, onSyncErr: s.setFatal, park: s.parkIfAbandoned}, syncs: s.syncs, onWALError: s.setFatal},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
@@ -154,7 +161,17 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		CacheSize:    8 << 20,
 		MaxOpenFiles: 256,
 	}
-	db, err := pebble.Open(dir, popts)
+	db, err := s.openPebble(dir, popts)
+	if errors.Is(err, errAbandoned) {
+		// Pebble's goroutines live on, parked before any change to a file,
+		// so the directory can be opened again: the lock is released, both
+		// this store's reference and the one the parked Open took (its
+		// first step; a background error comes later).
+		_ = s.syncs.close()
+		_ = lock.Close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
 	if err != nil {
 		_ = s.syncs.close()
 		_ = lock.Close()
@@ -660,6 +677,49 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// errAbandoned marks the error of an Open that gave up on pebble.Open.
+var errAbandoned = errors.New("gave up opening the database")
+
+// openPebble runs pebble.Open, giving up on it at the first background
+// error. Pebble's Open flushes the log it replayed and waits for the flush
+// to succeed; it retries a failed flush at once and forever, so on a full
+// disk Open neither returns nor stops burning a processor (and a replica
+// restarted there would hang in Start). Giving up returns the background
+// error wrapped with errAbandoned and parks Pebble's goroutines at their
+// next change to a file (fenceFS), where they stay with the memory of the
+// replayed log until the process exits.
+func (s *Store) openPebble(dir string, popts *pebble.Options) (*pebble.DB, error) {
+	type opened struct {
+		db  *pebble.DB
+		err error
+	}
+	openc := make(chan opened, 1)
+	go func() {
+		db, err := pebble.Open(dir, popts)
+		openc <- opened{db, err}
+	}()
+	select {
+	case o := <-openc:
+		return o.db, o.err
+	case <-s.bgFailed:
+	}
+	select {
+	case o := <-openc:
+		return o.db, o.err
+	default:
+	}
+	s.abandoned.Store(true)
+	return nil, fmt.Errorf("%w: %w", errAbandoned, s.fatalErr())
+}
+
+// parkIfAbandoned blocks the calling goroutine for good once Open has given
+// up on pebble.Open (openPebble).
+func (s *Store) parkIfAbandoned() {
+	if s.abandoned.Load() {
+		select {}
+	}
+}
+
 // backgroundError is Pebble's EventListener.BackgroundError: a flush or
 // compaction failed (cancelled compactions are not reported), or a
 // background read found damage. Pebble only logs such an error and tries
@@ -672,6 +732,7 @@ func (s *Store) backgroundError(err error) {
 	s.log.Error("pebblestore: pebble background error; the store refuses further writes",
 		zap.String("dir", s.dir), zap.Error(err))
 	s.setFatal(fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err))
+	s.bgOnce.Do(func() { close(s.bgFailed) })
 }
 
 // setFatal records the first failure Pebble reports through Logger.Fatalf
