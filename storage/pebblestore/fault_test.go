@@ -809,3 +809,39 @@ func TestOpenWithFailingFlush(t *testing.T) {
 	saveEach(t, s, 51, 60)
 	checkIntact(t, s, 60)
 }
+
+// TestFailedStoreThrottlesRetries checks that once a flush failed, Pebble's
+// retries (at once and forever: a failed store spun a processor until it
+// was closed, over a second of CPU per second) go through the fence's pause
+// before each table they try to create.
+func TestFailedStoreThrottlesRetries(t *testing.T) {
+	paused := make(chan struct{}, 1)
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && op.Kind == errorfs.OpCreate {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	opts := Options{FS: errorfs.Wrap(vfs.NewMem(), toggle), retryPause: func() {
+		select {
+		case paused <- struct{}{}:
+		default:
+		}
+	}}
+	s := openT(t, "db", opts, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	toggle.On()
+	pad := strings.Repeat("z", 60<<10)
+	var err error
+	for i := uint64(1); i <= 1000 && err == nil; i++ {
+		err = s.Save(nil, []*raftpb.Entry{testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad))})
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Saves with failing flushes: err = %v, want ENOSPC", err)
+	}
+	select {
+	case <-paused:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("Pebble's retries of the failed flush never paused")
+	}
+}

@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -37,7 +38,15 @@ type fenceFS struct {
 	failed    func() error // the sticky error, or nil while the store is healthy
 	onSyncErr func(error)  // records a failed directory sync as the sticky error
 	park      func()
+	pause     func() // nil: sleep retryPause (tests count the pauses)
 }
+
+// retryPause slows down a fenced Create: Pebble retries a failed flush or
+// compaction at once and forever, and each attempt starts by creating a
+// table. Without the pause a failed store spins a processor until it is
+// closed (a follower that receives nothing new may not write, and so not
+// stop, for a while).
+const retryPause = 100 * time.Millisecond
 
 func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	fs.park()
@@ -45,6 +54,11 @@ func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File,
 		return fs.FS.Create(name, category)
 	}
 	if err := fs.failed(); err != nil {
+		if fs.pause != nil {
+			fs.pause()
+		} else {
+			time.Sleep(retryPause)
+		}
 		return nil, err
 	}
 	f, err := fs.FS.Create(name, category)

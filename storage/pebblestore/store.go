@@ -51,6 +51,8 @@ type Options struct {
 	// Logger receives Pebble's messages and the store's own errors. The
 	// default (nil) discards them.
 	Logger *zap.Logger
+
+	retryPause func() // tests: replaces fenceFS's pause before a refused Create
 }
 
 // Store is a storage.LogStore on a Pebble database. Create one with Open.
@@ -150,7 +152,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	}
 	popts := &pebble.Options{
 		Lock:               lock,
-		FS:                 walSizingFS{FS: fenceFS{FS: fs, failed: s.brokenErr, onSyncErr: s.setFatal, park: s.parkIfAbandoned}, syncs: s.syncs, onWALError: s.setFatal},
+		FS:                 walSizingFS{FS: fenceFS{FS: fs, failed: s.brokenErr, onSyncErr: s.setFatal, park: s.parkIfAbandoned, pause: opts.retryPause}, syncs: s.syncs, onWALError: s.setFatal},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
 		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
@@ -728,11 +730,16 @@ func (s *Store) parkIfAbandoned() {
 // in that stall never returns. So the first one is recorded as the sticky
 // write error: the next write fails with it (the data already written is
 // durable in Pebble's WAL) and the replica stops.
+//
+// Pebble reports every retry again; only the first is logged (fenceFS slows
+// the retries down).
 func (s *Store) backgroundError(err error) {
-	s.log.Error("pebblestore: pebble background error; the store refuses further writes",
-		zap.String("dir", s.dir), zap.Error(err))
 	s.setFatal(fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err))
-	s.bgOnce.Do(func() { close(s.bgFailed) })
+	s.bgOnce.Do(func() {
+		s.log.Error("pebblestore: pebble background error; the store refuses further writes",
+			zap.String("dir", s.dir), zap.Error(err))
+		close(s.bgFailed)
+	})
 }
 
 // setFatal records the first failure Pebble reports through Logger.Fatalf
