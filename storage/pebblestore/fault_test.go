@@ -845,3 +845,113 @@ func TestFailedStoreThrottlesRetries(t *testing.T) {
 		t.Fatal("Pebble's retries of the failed flush never paused")
 	}
 }
+
+// bigSnapshot returns a snapshot at index i whose data (6 MiB) is more than
+// half a memtable: Pebble writes such a batch to the current WAL, then
+// switches to a new WAL and queues the batch for a flush of its own.
+func bigSnapshot(i uint64) *raftpb.Snapshot {
+	return &raftpb.Snapshot{Data: bytes.Repeat([]byte{'s'}, 6<<20), Metadata: &raftpb.SnapshotMetadata{Index: new(i), Term: new(uint64(1))}}
+}
+
+// TestLargeWriteOnFailingWAL saves a snapshot larger than half a memtable
+// while every WAL write fails with ENOSPC. Pebble writes the batch to the
+// current WAL and then closes that WAL to switch to a new one; the close
+// fails (it flushes the batch) and Pebble panics, in a way no recover
+// catches: saving a big snapshot on a nearly full disk killed the process.
+// The store must fail the write, and reopen with every acknowledged entry
+// (the failed WAL must stay the newest: Pebble refuses a torn older one).
+func TestLargeWriteOnFailingWAL(t *testing.T) {
+	mem := vfs.NewMem()
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	s := openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
+	saveEach(t, s, 1, 10)
+
+	toggle.On()
+	if err := s.SaveSnapshot(bigSnapshot(10)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("SaveSnapshot with a failing WAL: err = %v, want ENOSPC", err)
+	}
+	if err := s.Save(nil, []*raftpb.Entry{paddedEntry(11)}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Save after the failure: err = %v, want the sticky ENOSPC", err)
+	}
+	_ = s.Close()
+
+	toggle.Off()
+	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	checkIntact(t, s, 10)
+}
+
+// TestStalledWriteFailsWithFlush holds Pebble's flush of a big snapshot,
+// saves another big snapshot meanwhile, then makes the held flush fail
+// with ENOSPC. With Pebble's default threshold, the second SaveSnapshot
+// waited in Pebble's write stall for that flush, which could now never
+// succeed: the Save blocked for good and the replica hung. The store must
+// not stall there, and must fail (sticky ENOSPC) once the flush has failed.
+func TestStalledWriteFailsWithFlush(t *testing.T) {
+	mem := vfs.NewMem()
+	var hold atomic.Bool
+	gate := make(chan struct{})
+	held := make(chan struct{}, 1)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !strings.HasSuffix(op.Path, ".sst") || op.Kind != errorfs.OpCreate || !hold.Load() {
+			return nil
+		}
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		<-gate
+		return syscall.ENOSPC
+	})
+	s := openT(t, "db", Options{FS: errorfs.Wrap(mem, inj)}, defaultCacheLimits)
+	saveEach(t, s, 1, 40)
+
+	hold.Store(true)
+	if err := s.SaveSnapshot(bigSnapshot(10)); err != nil {
+		t.Fatalf("first SaveSnapshot: %v", err)
+	}
+	select {
+	case <-held:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("the big snapshot was never flushed")
+	}
+	// Two more big snapshots queue over 16 MiB of memtables behind the
+	// held flush, Pebble's default stall threshold.
+	done := make(chan error, 1)
+	go func() {
+		err := s.SaveSnapshot(bigSnapshot(20))
+		if err == nil {
+			err = s.SaveSnapshot(bigSnapshot(30))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("SaveSnapshot while a flush is held: %v", err)
+		}
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		close(gate)
+		t.Fatal("a SaveSnapshot stalled behind the held flush")
+	}
+	close(gate) // the held flush fails, and so do its retries
+
+	var err error
+	for i := uint64(41); i <= 2000 && err == nil; i++ {
+		err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{paddedEntry(i)})
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Saves after the flush failed: err = %v, want ENOSPC", err)
+	}
+	_ = s.Close()
+	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	if sn, err := s.Snapshot(); err != nil || sn.GetMetadata().GetIndex() != 30 {
+		t.Fatalf("snapshot after reopening: index %d, %v; want 30", sn.GetMetadata().GetIndex(), err)
+	}
+}

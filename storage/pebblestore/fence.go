@@ -8,9 +8,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// fenceFS stops Pebble from changing the store's files once the store has
-// failed: every create, write, sync, rename, link and removal returns the
-// store's sticky error.
+// fenceFS stops Pebble from changing the store's files once Pebble's own
+// state can no longer be trusted: after a Logger.Fatalf or a failed
+// directory sync (Store.setFenced), every create, write, sync, rename, link
+// and removal of a file other than a WAL returns that error.
 //
 // Pebble's Logger.Fatalf is meant to end the process; the store's logger
 // returns instead (see pebbleLogger), and Pebble then goes on from a state
@@ -22,30 +23,39 @@ import (
 // recovery is built for. The store never writes again after a failure, so
 // the fence costs it nothing; reads go on.
 //
+// Other failures (a failed flush or compaction, a WAL that failed) leave
+// Pebble consistent and do not raise the fence: Pebble may go on retrying a
+// flush, which matters to a commit that Pebble stalls until a flush
+// succeeds (a Save that entered such a stall before the failure was seen
+// completes, and fails, once the disk has space again). Each table Pebble
+// creates after any failure waits retryPause first, so that the retries do
+// not spin.
+//
 // WAL files are left out: Pebble panics (DB.rotateWAL) when it cannot close
 // the previous WAL or open the next one while it switches memtables, which
 // a commit that passed the store's check just before a background failure
-// may still do. What such a commit writes to a WAL was never acknowledged.
-// Directory syncs never fail either: one fails inside that switch and Pebble
-// panics, so a failed directory sync is recorded (onSyncErr), which raises
-// the fence before Pebble can act on the directory's state, and reported to
-// Pebble as done; after a failure they are skipped.
+// may still do; walFile and walSizingFS handle WALs. Directory syncs never
+// fail either: one fails inside that switch and Pebble panics, so a failed
+// directory sync is recorded (onSyncErr), which raises the fence before
+// Pebble can act on the directory's state, and reported to Pebble as done;
+// once the fence is up they are skipped.
 //
 // park runs first in every operation that changes a file, WALs included: it
 // blocks for good once Open has given up on Pebble (Store.openPebble).
 type fenceFS struct {
 	vfs.FS
-	failed    func() error // the sticky error, or nil while the store is healthy
-	onSyncErr func(error)  // records a failed directory sync as the sticky error
+	fenced    func() error // the failure that raised the fence, or nil
+	broken    func() error // the store's first failure of any kind, or nil
+	onSyncErr func(error)  // records a failed directory sync, raising the fence
 	park      func()
 	pause     func() // nil: sleep retryPause (tests count the pauses)
 }
 
-// retryPause slows down a fenced Create: Pebble retries a failed flush or
-// compaction at once and forever, and each attempt starts by creating a
-// table. Without the pause a failed store spins a processor until it is
-// closed (a follower that receives nothing new may not write, and so not
-// stop, for a while).
+// retryPause slows down table creation after a failure: Pebble retries a
+// failed flush or compaction at once and forever, and each attempt starts
+// by creating a table. Without the pause a failed store spins a processor
+// until it is closed (a follower that receives nothing new may not write,
+// and so not stop, for a while).
 const retryPause = 100 * time.Millisecond
 
 func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
@@ -53,12 +63,14 @@ func (fs fenceFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File,
 	if isWAL(name) {
 		return fs.FS.Create(name, category)
 	}
-	if err := fs.failed(); err != nil {
+	if fs.broken() != nil {
 		if fs.pause != nil {
 			fs.pause()
 		} else {
 			time.Sleep(retryPause)
 		}
+	}
+	if err := fs.fenced(); err != nil {
 		return nil, err
 	}
 	f, err := fs.FS.Create(name, category)
@@ -70,7 +82,7 @@ func (fs fenceFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opt
 	if isWAL(name) {
 		return fs.FS.OpenReadWrite(name, category, opts...)
 	}
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return nil, err
 	}
 	f, err := fs.FS.OpenReadWrite(name, category, opts...)
@@ -82,7 +94,7 @@ func (fs fenceFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteC
 	if isWAL(newname) {
 		return fs.FS.ReuseForWrite(oldname, newname, category)
 	}
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return nil, err
 	}
 	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
@@ -99,7 +111,7 @@ func (fs fenceFS) OpenDir(name string) (vfs.File, error) {
 
 func (fs fenceFS) Link(oldname, newname string) error {
 	fs.park()
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return err
 	}
 	return fs.FS.Link(oldname, newname)
@@ -107,7 +119,7 @@ func (fs fenceFS) Link(oldname, newname string) error {
 
 func (fs fenceFS) Remove(name string) error {
 	fs.park()
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return err
 	}
 	return fs.FS.Remove(name)
@@ -115,7 +127,7 @@ func (fs fenceFS) Remove(name string) error {
 
 func (fs fenceFS) RemoveAll(name string) error {
 	fs.park()
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return err
 	}
 	return fs.FS.RemoveAll(name)
@@ -123,7 +135,7 @@ func (fs fenceFS) RemoveAll(name string) error {
 
 func (fs fenceFS) Rename(oldname, newname string) error {
 	fs.park()
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return err
 	}
 	return fs.FS.Rename(oldname, newname)
@@ -131,7 +143,7 @@ func (fs fenceFS) Rename(oldname, newname string) error {
 
 func (fs fenceFS) MkdirAll(dir string, perm os.FileMode) error {
 	fs.park()
-	if err := fs.failed(); err != nil {
+	if err := fs.fenced(); err != nil {
 		return err
 	}
 	return fs.FS.MkdirAll(dir, perm)
@@ -154,7 +166,7 @@ type fencedFile struct {
 
 func (f fencedFile) failed() error {
 	f.fs.park()
-	return f.fs.failed()
+	return f.fs.fenced()
 }
 
 func (f fencedFile) Write(p []byte) (int, error) {
@@ -209,7 +221,7 @@ type fencedDir struct {
 
 func (d fencedDir) Sync() error {
 	d.fs.park()
-	if d.fs.failed() != nil {
+	if d.fs.fenced() != nil {
 		return nil
 	}
 	if err := d.File.Sync(); err != nil {

@@ -37,14 +37,26 @@ type walSizingFS struct {
 	vfs.FS
 	syncs *walSyncs // nil: WAL syncs always block in SyncData
 
-	// onWALError records a failure to create or reuse a WAL file as the
-	// store's sticky error. Nil: the failure is returned to Pebble.
+	// onWALError records a failure of a WAL file (to be created or reused,
+	// written, synced or closed) as the store's sticky error. Nil: the
+	// failure is returned to Pebble.
 	onWALError func(error)
+	// failed returns the store's sticky error, or nil while it is healthy;
+	// used only with onWALError.
+	failed func() error
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
 
 func (fs walSizingFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if isWAL(name) && fs.onWALError != nil {
+		if err := fs.failed(); err != nil {
+			// No new WAL after a failure: the one written last must stay
+			// the newest, where Pebble takes a torn tail for the end of
+			// the log (it refuses one in an older WAL).
+			return fs.deadWAL("create", name, err)
+		}
+	}
 	f, err := fs.FS.Create(name, category)
 	if !isWAL(name) {
 		return f, err
@@ -52,10 +64,15 @@ func (fs walSizingFS) Create(name string, category vfs.DiskWriteCategory) (vfs.F
 	if err != nil {
 		return fs.deadWAL("create", name, err)
 	}
-	return fs.wrapWAL(f), nil
+	return fs.wrapWAL(name, f), nil
 }
 
 func (fs walSizingFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if isWAL(newname) && fs.onWALError != nil {
+		if err := fs.failed(); err != nil {
+			return fs.deadWAL("reuse "+oldname+" as", newname, err)
+		}
+	}
 	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
 	if !isWAL(newname) {
 		return f, err
@@ -63,7 +80,7 @@ func (fs walSizingFS) ReuseForWrite(oldname, newname string, category vfs.DiskWr
 	if err != nil {
 		return fs.deadWAL("reuse "+oldname+" as", newname, err)
 	}
-	return fs.wrapWAL(f), nil
+	return fs.wrapWAL(newname, f), nil
 }
 
 // deadWAL handles a WAL file that could not be opened. Pebble opens the
@@ -83,6 +100,92 @@ func (fs walSizingFS) deadWAL(op, name string, err error) (vfs.File, error) {
 	err = fmt.Errorf("%s WAL %s: %w", op, name, err)
 	fs.onWALError(err)
 	return deadWALFile{name: fs.PathBase(name), err: err}, nil
+}
+
+// walFile is a WAL file whose write, sync and close failures go to the
+// store (onErr records the sticky error, which also fences the files) and
+// not to Pebble, which sees them succeed.
+//
+// Pebble panics, in a way no recover catches, when closing the previous WAL
+// fails while it switches memtables inside a commit (DB.rotateWAL). That
+// close writes what is still queued (the EOF trailer; for a batch larger
+// than half a memtable, such as a big snapshot, the whole batch, which
+// Pebble writes to the old WAL before switching) and syncs it: on a nearly
+// full disk, saving a large snapshot killed the process. Hiding the failure
+// is safe because the store never acknowledges a write once it has failed:
+// the store writes one synced batch at a time, so everything before the
+// commit in flight is already durable, and Store.write checks the sticky
+// error after the commit's sync returns.
+//
+// Once the store has failed (this file's failure or any other), writes and
+// syncs are dropped: the WAL stays as the failure left it, as a crash
+// would leave it, with no later block written at an offset a short write
+// moved. And no WAL is created after a failure (walSizingFS.Create), so
+// this one stays the newest, the only one whose torn tail Pebble accepts.
+type walFile struct {
+	vfs.File
+	name   string
+	onErr  func(error)
+	failed func() error
+}
+
+func (f walFile) fail(op string, err error) {
+	f.onErr(fmt.Errorf("%s WAL %s: %w", op, f.name, err))
+}
+
+func (f walFile) Write(p []byte) (int, error) {
+	if f.failed() == nil {
+		if _, err := f.File.Write(p); err != nil {
+			f.fail("write", err)
+		}
+	}
+	return len(p), nil
+}
+
+func (f walFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.failed() == nil {
+		if _, err := f.File.WriteAt(p, off); err != nil {
+			f.fail("write", err)
+		}
+	}
+	return len(p), nil
+}
+
+func (f walFile) Sync() error {
+	if f.failed() == nil {
+		if err := f.File.Sync(); err != nil {
+			f.fail("sync", err)
+		}
+	}
+	return nil
+}
+
+func (f walFile) SyncData() error {
+	if f.failed() == nil {
+		if err := f.File.SyncData(); err != nil {
+			f.fail("sync", err)
+		}
+	}
+	return nil
+}
+
+func (f walFile) SyncTo(length int64) (bool, error) {
+	if f.failed() != nil {
+		return true, nil
+	}
+	full, err := f.File.SyncTo(length)
+	if err != nil {
+		f.fail("sync", err)
+		return true, nil
+	}
+	return full, nil
+}
+
+func (f walFile) Close() error {
+	if err := f.File.Close(); err != nil {
+		f.fail("close", err)
+	}
+	return nil
 }
 
 // deadWALFile is the stand-in for a WAL file that could not be opened:

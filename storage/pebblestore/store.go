@@ -75,9 +75,13 @@ type Store struct {
 	fatal   error
 
 	// broken is the first failure of any kind (fatal or failed), readable
-	// without a lock: fenceFS refuses every change to the files once it is
-	// set.
+	// without a lock: WAL writes are dropped and no WAL is created once it
+	// is set (walFile, walSizingFS), and fenceFS pauses Pebble's retries.
 	broken atomic.Pointer[error]
+	// fenced is the first failure after which Pebble's own state cannot be
+	// trusted (a Logger.Fatalf, a failed directory sync): fenceFS refuses
+	// every change to a file other than a WAL once it is set.
+	fenced atomic.Pointer[error]
 
 	// bgFailed is closed at Pebble's first BackgroundError (bgOnce). When it
 	// comes while pebble.Open runs, Open gives up on it and sets abandoned:
@@ -151,17 +155,31 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		s.syncs = newWALSyncs(logger)
 	}
 	popts := &pebble.Options{
-		Lock:               lock,
-		FS:                 walSizingFS{FS: fenceFS{FS: fs, failed: s.brokenErr, onSyncErr: s.setFatal, park: s.parkIfAbandoned, pause: opts.retryPause}, syncs: s.syncs, onWALError: s.setFatal},
-		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
+		Lock: lock,
+		FS: walSizingFS{
+			FS:         fenceFS{FS: fs, fenced: s.fencedErr, broken: s.brokenErr, onSyncErr: s.setFenced, park: s.parkIfAbandoned, pause: opts.retryPause},
+			syncs:      s.syncs,
+			onWALError: s.setFatal,
+			failed:     s.brokenErr,
+		},
+		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFenced},
 		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
 		// tail is served from the entry cache: modest memtables and block cache
 		// suffice.
 		MemTableSize: 8 << 20,
-		CacheSize:    8 << 20,
-		MaxOpenFiles: 256,
+		// Pebble stalls a commit that needs a new memtable while the queued
+		// ones add up to MemTableStopWritesThreshold memtables (default 2),
+		// until a flush succeeds; a flush that fails (a full disk) meanwhile
+		// leaves that Save blocked, where the store cannot fail it (a
+		// snapshot larger than half a memtable queued behind a flush was
+		// enough). The store fails at the first failed flush instead
+		// (backgroundError), so the stall only needs to bound memory if
+		// flushes fall far behind: 16 memtables, 128 MiB.
+		MemTableStopWritesThreshold: 16,
+		CacheSize:                   8 << 20,
+		MaxOpenFiles:                256,
 	}
 	db, err := s.openPebble(dir, popts)
 	if errors.Is(err, errAbandoned) {
@@ -753,15 +771,31 @@ func (s *Store) setFatal(err error) {
 	s.markBroken(err)
 }
 
-// markBroken records err as the failure that fences the files (fenceFS),
-// unless one is recorded already.
+// markBroken records err as the store's first failure of any kind, unless
+// one is recorded already.
 func (s *Store) markBroken(err error) {
 	s.broken.CompareAndSwap(nil, &err)
 }
 
-// brokenErr returns the failure that fences the files, or nil.
+// brokenErr returns the store's first failure of any kind, or nil.
 func (s *Store) brokenErr() error {
 	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setFenced records a failure after which Pebble's own state cannot be
+// trusted (Logger.Fatalf, a failed directory sync): like setFatal, and it
+// raises the fence (fenceFS) first.
+func (s *Store) setFenced(err error) {
+	s.fenced.CompareAndSwap(nil, &err)
+	s.setFatal(err)
+}
+
+// fencedErr returns the failure that fences the files, or nil.
+func (s *Store) fencedErr() error {
+	if p := s.fenced.Load(); p != nil {
 		return *p
 	}
 	return nil

@@ -333,6 +333,11 @@ func (s *Store) write(build func(b *pebble.Batch) error) error {
 			return err
 		}
 		err = b.SyncWait()
+		if err == nil {
+			// A WAL write or sync failure reaches the store, not Pebble
+			// (walFile): the commit looks synced but is not acknowledged.
+			err = s.fatalErr()
+		}
 	}
 	_ = b.Close()
 	if err != nil {
