@@ -336,7 +336,7 @@ func (s *Store) write(build func(b *pebble.Batch) error) error {
 		if err == nil {
 			// A WAL write or sync failure reaches the store, not Pebble
 			// (walFile): the commit looks synced but is not acknowledged.
-			err = s.fatalErr()
+			err = s.brokenErr()
 		}
 	}
 	_ = b.Close()
