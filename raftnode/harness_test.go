@@ -41,6 +41,7 @@ type memStore struct {
 	failWith error
 	failed   bool // a Save has returned failWith
 	gate     *gate
+	readErr  error // returned by Entries, Term and Snapshot when set (failReads)
 }
 
 type saveCall struct {
@@ -102,6 +103,41 @@ func (s *memStore) failNow(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failWith = err
+}
+
+// failReads makes every later Entries, Term and Snapshot return err, as a
+// disk that fails reads (EIO, a damaged block) does.
+func (s *memStore) failReads(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readErr = err
+}
+
+func (s *memStore) readFault() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readErr
+}
+
+func (s *memStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	if err := s.readFault(); err != nil {
+		return nil, err
+	}
+	return s.MemoryStorage.Entries(lo, hi, maxSize)
+}
+
+func (s *memStore) Term(i uint64) (uint64, error) {
+	if err := s.readFault(); err != nil {
+		return 0, err
+	}
+	return s.MemoryStorage.Term(i)
+}
+
+func (s *memStore) Snapshot() (*raftpb.Snapshot, error) {
+	if err := s.readFault(); err != nil {
+		return nil, err
+	}
+	return s.MemoryStorage.Snapshot()
 }
 
 func (s *memStore) hasFailed() bool {
@@ -446,7 +482,7 @@ func (c *cluster) checkSend(from uint64, m *raftpb.Message) {
 		if typ == raftpb.MsgApp && len(m.GetEntries()) > 0 {
 			counted = "entries sent"
 			for _, e := range m.GetEntries() {
-				if term, err := st.Term(e.GetIndex()); err != nil || term != e.GetTerm() {
+				if term, err := st.MemoryStorage.Term(e.GetIndex()); err != nil || term != e.GetTerm() {
 					c.mu.Lock()
 					c.counts["entries sent before the leader saved them"]++
 					c.mu.Unlock()
@@ -485,7 +521,7 @@ func (c *cluster) checkSend(from uint64, m *raftpb.Message) {
 func (c *cluster) durableOnQuorum(index uint64) bool {
 	terms := make(map[uint64]int)
 	for _, id := range c.ids {
-		term, err := c.stores[id].Term(index)
+		term, err := c.stores[id].MemoryStorage.Term(index) // what is durable, past injected read faults
 		switch {
 		case errors.Is(err, raft.ErrCompacted):
 			terms[0]++ // covered by a snapshot: committed long ago

@@ -24,7 +24,9 @@
 //
 // A failure to save stops the node for good: the error is reported through
 // Config.OnFatal and every later call returns ErrStopped. An fsync that
-// failed is never retried (the kernel may have dropped the dirty pages).
+// failed is never retried (the kernel may have dropped the dirty pages). A
+// log read that fails while the node runs stops it the same way (raft would
+// panic on it; see readGuard).
 package raftnode
 
 import (
@@ -218,6 +220,7 @@ type Status struct {
 type Node struct {
 	cfg     Config
 	rn      *raft.RawNode
+	reads   *readGuard // the storage raft reads through
 	log     *zap.Logger
 	clk     clock.Clock
 	propc   chan proposal
@@ -359,11 +362,12 @@ func New(cfg Config) (*Node, error) {
 		confState = md.GetConfState()
 	}
 	snapBytes := len(snap.GetData())
+	reads := &readGuard{Storage: cfg.Storage}
 	rc := &raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   cfg.Storage,
+		Storage:                   reads,
 		Applied:                   cfg.Applied,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
@@ -402,6 +406,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:       cfg,
 		rn:        rn,
+		reads:     reads,
 		log:       cfg.Logger,
 		clk:       cfg.Clock,
 		propc:     make(chan proposal, 4096),
@@ -485,6 +490,69 @@ func newRawNode(rc *raft.Config) (rn *raft.RawNode, err error) {
 		}
 	}()
 	return raft.NewRawNode(rc)
+}
+
+// readGuard is the raft.Storage that raft reads the log through. raft
+// panics on any read error other than its own ErrCompacted, ErrUnavailable
+// and ErrSnapshotTemporarilyUnavailable (raftLog.slice, raftLog.term,
+// maybeSendSnapshot), and a disk that fails a read (EIO) or a block whose
+// checksum fails would end the whole process there. readGuard records the
+// first such error before raft sees it, so that run can tell that panic
+// from a bug and stop the node with the error instead. The node never uses
+// raft again after the panic; nothing was written.
+type readGuard struct {
+	raft.Storage
+	mu  sync.Mutex
+	err error
+}
+
+func (g *readGuard) check(err error) error {
+	if err == nil || err == raft.ErrCompacted || err == raft.ErrUnavailable || err == raft.ErrSnapshotTemporarilyUnavailable {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		g.err = err
+	}
+	return err
+}
+
+// failure returns the first unexpected read error, or nil.
+func (g *readGuard) failure() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+func (g *readGuard) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	hs, cs, err := g.Storage.InitialState()
+	return hs, cs, g.check(err)
+}
+
+func (g *readGuard) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	ents, err := g.Storage.Entries(lo, hi, maxSize)
+	return ents, g.check(err)
+}
+
+func (g *readGuard) Term(i uint64) (uint64, error) {
+	t, err := g.Storage.Term(i)
+	return t, g.check(err)
+}
+
+func (g *readGuard) LastIndex() (uint64, error) {
+	i, err := g.Storage.LastIndex()
+	return i, g.check(err)
+}
+
+func (g *readGuard) FirstIndex() (uint64, error) {
+	i, err := g.Storage.FirstIndex()
+	return i, g.check(err)
+}
+
+func (g *readGuard) Snapshot() (*raftpb.Snapshot, error) {
+	snap, err := g.Storage.Snapshot()
+	return snap, g.check(err)
 }
 
 // ReportSnapshot tells raft whether a snapshot sent to id arrived. It never
@@ -763,6 +831,18 @@ func (n *Node) run() {
 			n.cfg.StateMachine.LeaderLost()
 		}
 		n.failReads(ErrStopped)
+	}()
+	defer func() {
+		// raft panics on a log read error it does not expect (readGuard):
+		// the node stops with that error, as on a failed write. Any other
+		// panic is a bug and goes on.
+		if r := recover(); r != nil {
+			err := n.reads.failure()
+			if err == nil {
+				panic(r)
+			}
+			n.fail(fmt.Errorf("raftnode: reading the log: %w", err))
+		}
 	}()
 	for {
 		select {

@@ -2,6 +2,7 @@ package pebblestore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -527,5 +530,428 @@ func TestSnapshotAfterCommitOnlySave(t *testing.T) {
 	defer func() { _ = s.Close() }()
 	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < 10 {
 		t.Fatalf("InitialState after a crash: %v, %v; want commit >= the snapshot's index 10", hs, err)
+	}
+}
+
+// TestFlushFailureStopsWrites makes every flush fail with ENOSPC (a full
+// disk under a WAL that still has room). Pebble only logs a failed flush and
+// retries it; once the memtables fill, it stalls every commit until a flush
+// succeeds, so without the store's BackgroundError hook a Save would block
+// forever and the replica would hang instead of stopping. The store must
+// instead turn the failure into its sticky write error before that, and lose
+// nothing it acknowledged.
+func TestFlushFailureStopsWrites(t *testing.T) {
+	mem := vfs.NewMem()
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpFileWrite) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	s := openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
+	toggle.On()
+
+	// 60 KiB entries: two 8 MiB memtables (Pebble's stall threshold) hold
+	// fewer than 300, so 1000 Saves reach the stall if the failure is missed.
+	pad := strings.Repeat("z", 60<<10)
+	entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+	type result struct {
+		acked uint64
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		for i := uint64(1); i <= 1000; i++ {
+			if r.err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); r.err != nil {
+				break
+			}
+			r.acked = i
+		}
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("Save blocked: the failed flushes were not reported")
+	}
+	if !errors.Is(r.err, syscall.ENOSPC) {
+		t.Fatalf("Saves with failing flushes: %d acknowledged, then err = %v; want an error wrapping ENOSPC", r.acked, r.err)
+	}
+	if err := s.Save(nil, []*raftpb.Entry{entry(r.acked + 1)}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Save after the failure: err = %v, want the sticky ENOSPC", err)
+	}
+	_ = s.Close()
+
+	// With space again, the store reopens with every acknowledged entry
+	// (and perhaps the failed Save's: it may have reached the WAL).
+	toggle.Off()
+	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	if last, err := s.LastIndex(); err != nil || last < r.acked || last > r.acked+1 {
+		t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, r.acked, r.acked+1)
+	}
+	ents, err := s.Entries(1, r.acked+1, noLimitSize)
+	if err != nil || uint64(len(ents)) != r.acked {
+		t.Fatalf("Entries(1, %d) = %d entries, %v", r.acked+1, len(ents), err)
+	}
+	for k, e := range ents {
+		if !bytes.Equal(e.GetData(), entry(uint64(k)+1).GetData()) {
+			t.Fatalf("entry %d differs after reopening", k+1)
+		}
+	}
+	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < r.acked {
+		t.Fatalf("hard state = %v, %v; want commit %d or more", hs, err, r.acked)
+	}
+}
+
+// TestWALCreateFailureStopsWrites makes the creation (and reuse) of Pebble's
+// next WAL file fail, as a full disk or a process out of file descriptors
+// does. Pebble opens it while it switches memtables inside a commit and
+// panics when that fails, in a way no recover can catch (the panic unlocks
+// a mutex twice): the whole process died. The store must instead fail the
+// Save, refuse later writes, and reopen with every acknowledged entry.
+func TestWALCreateFailureStopsWrites(t *testing.T) {
+	for _, cause := range []error{syscall.ENOSPC, syscall.EMFILE} {
+		t.Run(cause.Error(), func(t *testing.T) {
+			mem := vfs.NewMem()
+			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpReuseForWrite) {
+					return cause
+				}
+				return nil
+			})}
+			fs := errorfs.Wrap(mem, toggle)
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			saveEach(t, s, 1, 3)
+
+			// 60 KiB entries fill Pebble's first memtable (256 KiB) within
+			// a few Saves, and 1000 of them fill several.
+			toggle.On()
+			pad := strings.Repeat("z", 60<<10)
+			entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+			acked, i := uint64(3), uint64(4)
+			var err error
+			for ; i <= 1000; i++ {
+				if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
+					break
+				}
+				acked = i
+			}
+			if !errors.Is(err, cause) || !strings.Contains(err.Error(), ".log") {
+				t.Fatalf("Saves while no WAL file can be created: %d acknowledged, then err = %v; want an error wrapping %v naming the WAL", acked, err, cause)
+			}
+			if err := s.Save(nil, []*raftpb.Entry{entry(acked + 1)}); !errors.Is(err, cause) {
+				t.Fatalf("Save after the failure: err = %v, want the sticky %v", err, cause)
+			}
+			_ = s.Close()
+
+			// Open fails the same way while WAL files cannot be created.
+			if s, err := Open("db", Options{FS: fs}); !errors.Is(err, cause) {
+				if err == nil {
+					_ = s.Close()
+				}
+				t.Fatalf("Open while no WAL file can be created: err = %v, want %v", err, cause)
+			}
+
+			toggle.Off()
+			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			defer func() { _ = s.Close() }()
+			last, err := s.LastIndex()
+			if err != nil || last < acked || last > acked+1 {
+				t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
+			}
+			ents, err := s.Entries(4, acked+1, noLimitSize)
+			if err != nil || uint64(len(ents)) != acked-3 {
+				t.Fatalf("Entries(4, %d) = %d entries, %v", acked+1, len(ents), err)
+			}
+			for k, e := range ents {
+				if !bytes.Equal(e.GetData(), entry(uint64(k)+4).GetData()) {
+					t.Fatalf("entry %d differs after reopening", k+4)
+				}
+			}
+			// And the store works again.
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
+				t.Fatalf("Save after reopening: %v", err)
+			}
+		})
+	}
+}
+
+// TestMetadataFailureLeavesStoreOpenable fails the sync of Pebble's MANIFEST,
+// or of the store's directory, while Saves go on. Pebble reports these
+// through Logger.Fatalf, which is meant to end the process; the store's
+// returns, and Pebble used to go on from there: it retried the flush and
+// recorded the same keys in a second table, so that every later Open
+// panicked in a compaction (and a failed directory sync while switching
+// WALs panicked at once). The store must stop with the error, and a reopened
+// store must hold every acknowledged entry and compact without trouble.
+func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(op errorfs.Op) bool
+	}{
+		{"manifest-sync", func(op errorfs.Op) bool {
+			return strings.Contains(op.Path, "MANIFEST") && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData)
+		}},
+		{"manifest-write", func(op errorfs.Op) bool {
+			return strings.Contains(op.Path, "MANIFEST") && op.Kind == errorfs.OpFileWrite
+		}},
+		{"dir-sync", func(op errorfs.Op) bool {
+			return op.Path == "db" && op.Kind == errorfs.OpFileSync
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if c.fail(op) {
+					return syscall.EIO
+				}
+				return nil
+			})}
+			fs := errorfs.Wrap(mem, toggle)
+			s := openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			saveEach(t, s, 1, 3)
+
+			toggle.On()
+			pad := strings.Repeat("z", 60<<10)
+			entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+			acked := uint64(3)
+			var err error
+			for i := uint64(4); i <= 1000; i++ {
+				if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
+					break
+				}
+				acked = i
+			}
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Saves with failing %s: %d acknowledged, then err = %v; want EIO", c.name, acked, err)
+			}
+			_ = s.Close()
+
+			toggle.Off()
+			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
+			defer func() { _ = s.Close() }()
+			if err := s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+				t.Fatalf("compacting the reopened store: %v", err)
+			}
+			last, err := s.LastIndex()
+			if err != nil || last < acked || last > acked+1 {
+				t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
+			}
+			ents, err := s.Entries(4, acked+1, noLimitSize)
+			if err != nil || uint64(len(ents)) != acked-3 {
+				t.Fatalf("Entries(4, %d) = %d entries, %v", acked+1, len(ents), err)
+			}
+			for k, e := range ents {
+				if !bytes.Equal(e.GetData(), entry(uint64(k)+4).GetData()) {
+					t.Fatalf("entry %d differs after reopening", k+4)
+				}
+			}
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
+				t.Fatalf("Save after reopening: %v", err)
+			}
+		})
+	}
+}
+
+// TestOpenWithFailingFlush opens a store whose log must be flushed while
+// every table write fails with ENOSPC: a replica restarted on a full disk.
+// Pebble's Open waits for that flush and retries it at once and forever,
+// so Open never returned (a hot loop; the replica hung in Start). Open must
+// fail with the error instead, and a later start with space again (a new
+// process: here a copy of the files) must find every entry.
+func TestOpenWithFailingFlush(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s := openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	saveEach(t, s, 1, 50)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpFileWrite) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	toggle.On()
+	type opened struct {
+		s   *Store
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := Open("db", Options{FS: errorfs.Wrap(mem, toggle)})
+		done <- opened{s, err}
+	}()
+	var o opened
+	select {
+	case o = <-done:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("Open hangs while its flush keeps failing")
+	}
+	if o.err == nil {
+		_ = o.s.Close()
+		t.Fatal("Open with failing flushes succeeded; want ENOSPC")
+	}
+	if !errors.Is(o.err, syscall.ENOSPC) || !strings.Contains(o.err.Error(), "db") {
+		t.Fatalf("Open with failing flushes: %v; want an error wrapping ENOSPC naming the directory", o.err)
+	}
+
+	// With space again, the store opens in the same process (the given-up
+	// Pebble is parked and changes nothing) with every entry.
+	toggle.Off()
+	s = openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	checkIntact(t, s, 50)
+	saveEach(t, s, 51, 60)
+	checkIntact(t, s, 60)
+}
+
+// TestFailedStoreThrottlesRetries checks that once a flush failed, Pebble's
+// retries (at once and forever: a failed store spun a processor until it
+// was closed, over a second of CPU per second) go through the fence's pause
+// before each table they try to create.
+func TestFailedStoreThrottlesRetries(t *testing.T) {
+	paused := make(chan struct{}, 1)
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && op.Kind == errorfs.OpCreate {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	opts := Options{FS: errorfs.Wrap(vfs.NewMem(), toggle), retryPause: func() {
+		select {
+		case paused <- struct{}{}:
+		default:
+		}
+	}}
+	s := openT(t, "db", opts, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	toggle.On()
+	pad := strings.Repeat("z", 60<<10)
+	var err error
+	for i := uint64(1); i <= 1000 && err == nil; i++ {
+		err = s.Save(nil, []*raftpb.Entry{testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad))})
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Saves with failing flushes: err = %v, want ENOSPC", err)
+	}
+	select {
+	case <-paused:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("Pebble's retries of the failed flush never paused")
+	}
+}
+
+// bigSnapshot returns a snapshot at index i whose data (6 MiB) is more than
+// half a memtable: Pebble writes such a batch to the current WAL, then
+// switches to a new WAL and queues the batch for a flush of its own.
+func bigSnapshot(i uint64) *raftpb.Snapshot {
+	return &raftpb.Snapshot{Data: bytes.Repeat([]byte{'s'}, 6<<20), Metadata: &raftpb.SnapshotMetadata{Index: new(i), Term: new(uint64(1))}}
+}
+
+// TestLargeWriteOnFailingWAL saves a snapshot larger than half a memtable
+// while every WAL write fails with ENOSPC. Pebble writes the batch to the
+// current WAL and then closes that WAL to switch to a new one; the close
+// fails (it flushes the batch) and Pebble panics, in a way no recover
+// catches: saving a big snapshot on a nearly full disk killed the process.
+// The store must fail the write, and reopen with every acknowledged entry
+// (the failed WAL must stay the newest: Pebble refuses a torn older one).
+func TestLargeWriteOnFailingWAL(t *testing.T) {
+	mem := vfs.NewMem()
+	toggle := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") && op.Kind == errorfs.OpFileWrite {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	s := openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
+	saveEach(t, s, 1, 10)
+
+	toggle.On()
+	if err := s.SaveSnapshot(bigSnapshot(10)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("SaveSnapshot with a failing WAL: err = %v, want ENOSPC", err)
+	}
+	if err := s.Save(nil, []*raftpb.Entry{paddedEntry(11)}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Save after the failure: err = %v, want the sticky ENOSPC", err)
+	}
+	_ = s.Close()
+
+	toggle.Off()
+	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	checkIntact(t, s, 10)
+}
+
+// TestStalledWriteFailsWithFlush holds Pebble's flush of a big snapshot,
+// saves another big snapshot meanwhile, then makes the held flush fail
+// with ENOSPC. With Pebble's default threshold, the second SaveSnapshot
+// waited in Pebble's write stall for that flush, which could now never
+// succeed: the Save blocked for good and the replica hung. The store must
+// not stall there, and must fail (sticky ENOSPC) once the flush has failed.
+func TestStalledWriteFailsWithFlush(t *testing.T) {
+	mem := vfs.NewMem()
+	var hold atomic.Bool
+	gate := make(chan struct{})
+	held := make(chan struct{}, 1)
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !strings.HasSuffix(op.Path, ".sst") || op.Kind != errorfs.OpCreate || !hold.Load() {
+			return nil
+		}
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		<-gate
+		return syscall.ENOSPC
+	})
+	s := openT(t, "db", Options{FS: errorfs.Wrap(mem, inj)}, defaultCacheLimits)
+	saveEach(t, s, 1, 40)
+
+	hold.Store(true)
+	if err := s.SaveSnapshot(bigSnapshot(10)); err != nil {
+		t.Fatalf("first SaveSnapshot: %v", err)
+	}
+	select {
+	case <-held:
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		t.Fatal("the big snapshot was never flushed")
+	}
+	// Two more big snapshots queue over 16 MiB of memtables behind the
+	// held flush, Pebble's default stall threshold.
+	done := make(chan error, 1)
+	go func() {
+		err := s.SaveSnapshot(bigSnapshot(20))
+		if err == nil {
+			err = s.SaveSnapshot(bigSnapshot(30))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("SaveSnapshot while a flush is held: %v", err)
+		}
+	case <-time.After(2 * time.Minute): // a hang detector, not a timing assertion
+		close(gate)
+		t.Fatal("a SaveSnapshot stalled behind the held flush")
+	}
+	close(gate) // the held flush fails, and so do its retries
+
+	var err error
+	for i := uint64(41); i <= 2000 && err == nil; i++ {
+		err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{paddedEntry(i)})
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Saves after the flush failed: err = %v, want ENOSPC", err)
+	}
+	_ = s.Close()
+	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
+	defer func() { _ = s.Close() }()
+	if sn, err := s.Snapshot(); err != nil || sn.GetMetadata().GetIndex() != 30 {
+		t.Fatalf("snapshot after reopening: index %d, %v; want 30", sn.GetMetadata().GetIndex(), err)
 	}
 }

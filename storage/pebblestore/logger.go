@@ -12,7 +12,8 @@ import (
 // an error, so Fatalf logs, records the failure through onFatal (which makes
 // the store refuse every later write) and returns. Pebble calls Fatalf for a
 // failed commit (then returns nil from Apply) and for failed MANIFEST writes;
-// in both cases the store never writes again.
+// in both cases the store never writes again, and fenceFS keeps Pebble,
+// which goes on after Fatalf returns, from changing the files any further.
 type pebbleLogger struct {
 	log     *zap.SugaredLogger
 	onFatal func(error)

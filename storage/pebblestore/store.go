@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	crerrors "github.com/cockroachdb/errors"
 	"github.com/cockroachdb/pebble/v2"
@@ -50,6 +51,8 @@ type Options struct {
 	// Logger receives Pebble's messages and the store's own errors. The
 	// default (nil) discards them.
 	Logger *zap.Logger
+
+	retryPause func() // tests: replaces fenceFS's pause before a refused Create
 }
 
 // Store is a storage.LogStore on a Pebble database. Create one with Open.
@@ -70,6 +73,22 @@ type Store struct {
 	// Logger.Fatalf, possibly from one of its background goroutines.
 	fatalMu sync.Mutex
 	fatal   error
+
+	// broken is the first failure of any kind (fatal or failed), readable
+	// without a lock: WAL writes are dropped and no WAL is created once it
+	// is set (walFile, walSizingFS), and fenceFS pauses Pebble's retries.
+	broken atomic.Pointer[error]
+	// fenced is the first failure after which Pebble's own state cannot be
+	// trusted (a Logger.Fatalf, a failed directory sync): fenceFS refuses
+	// every change to a file other than a WAL once it is set.
+	fenced atomic.Pointer[error]
+
+	// bgFailed is closed at Pebble's first BackgroundError (bgOnce). When it
+	// comes while pebble.Open runs, Open gives up on it and sets abandoned:
+	// fenceFS then parks Pebble's goroutines at their next change to a file.
+	bgFailed  chan struct{}
+	bgOnce    sync.Once
+	abandoned atomic.Bool
 
 	mu        sync.RWMutex
 	closed    bool
@@ -129,25 +148,50 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	s := &Store{dir: dir, log: logger, lock: lock}
+	s := &Store{dir: dir, log: logger, lock: lock, bgFailed: make(chan struct{})}
 	if opts.FS == nil {
 		// Only on the operating system's file system: a WAL sync off the
 		// processor goes to the descriptor directly, past any wrapper.
 		s.syncs = newWALSyncs(logger)
 	}
 	popts := &pebble.Options{
-		Lock:               lock,
-		FS:                 walSizingFS{FS: fs, syncs: s.syncs},
-		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFatal},
+		Lock: lock,
+		FS: walSizingFS{
+			FS:         fenceFS{FS: fs, fenced: s.fencedErr, broken: s.brokenErr, onSyncErr: s.setFenced, park: s.parkIfAbandoned, pause: opts.retryPause},
+			syncs:      s.syncs,
+			onWALError: s.setFatal,
+			failed:     s.brokenErr,
+		},
+		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFenced},
+		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
 		// tail is served from the entry cache: modest memtables and block cache
 		// suffice.
 		MemTableSize: 8 << 20,
-		CacheSize:    8 << 20,
-		MaxOpenFiles: 256,
+		// Pebble stalls a commit that needs a new memtable while the queued
+		// ones add up to MemTableStopWritesThreshold memtables (default 2),
+		// until a flush succeeds; a flush that fails (a full disk) meanwhile
+		// leaves that Save blocked, where the store cannot fail it (a
+		// snapshot larger than half a memtable queued behind a flush was
+		// enough). The store fails at the first failed flush instead
+		// (backgroundError), so the stall only needs to bound memory if
+		// flushes fall far behind: 16 memtables, 128 MiB.
+		MemTableStopWritesThreshold: 16,
+		CacheSize:                   8 << 20,
+		MaxOpenFiles:                256,
 	}
-	db, err := pebble.Open(dir, popts)
+	db, err := s.openPebble(dir, popts)
+	if errors.Is(err, errAbandoned) {
+		// Pebble's goroutines live on, parked before any change to a file,
+		// so the directory can be opened again: the lock is released, both
+		// this store's reference and the one the parked Open took (its
+		// first step; a background error comes later).
+		_ = s.syncs.close()
+		_ = lock.Close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
 	if err != nil {
 		_ = s.syncs.close()
 		_ = lock.Close()
@@ -162,6 +206,13 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
+	if err := s.fatalErr(); err != nil {
+		// Pebble could not open its new WAL (walSizingFS.deadWAL).
+		_ = db.Close()
+		_ = s.syncs.close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
 	if err := s.load(lim); err != nil {
 		_ = db.Close()
 		_ = s.syncs.close()
@@ -646,13 +697,108 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// setFatal records the first failure Pebble reports through Logger.Fatalf.
+// errAbandoned marks the error of an Open that gave up on pebble.Open.
+var errAbandoned = errors.New("gave up opening the database")
+
+// openPebble runs pebble.Open, giving up on it at the first background
+// error. Pebble's Open flushes the log it replayed and waits for the flush
+// to succeed; it retries a failed flush at once and forever, so on a full
+// disk Open neither returns nor stops burning a processor (and a replica
+// restarted there would hang in Start). Giving up returns the background
+// error wrapped with errAbandoned and parks Pebble's goroutines at their
+// next change to a file (fenceFS), where they stay with the memory of the
+// replayed log until the process exits.
+func (s *Store) openPebble(dir string, popts *pebble.Options) (*pebble.DB, error) {
+	type opened struct {
+		db  *pebble.DB
+		err error
+	}
+	openc := make(chan opened, 1)
+	go func() {
+		db, err := pebble.Open(dir, popts)
+		openc <- opened{db, err}
+	}()
+	select {
+	case o := <-openc:
+		return o.db, o.err
+	case <-s.bgFailed:
+	}
+	select {
+	case o := <-openc:
+		return o.db, o.err
+	default:
+	}
+	s.abandoned.Store(true)
+	return nil, fmt.Errorf("%w: %w", errAbandoned, s.fatalErr())
+}
+
+// parkIfAbandoned blocks the calling goroutine for good once Open has given
+// up on pebble.Open (openPebble).
+func (s *Store) parkIfAbandoned() {
+	if s.abandoned.Load() {
+		select {}
+	}
+}
+
+// backgroundError is Pebble's EventListener.BackgroundError: a flush or
+// compaction failed (cancelled compactions are not reported), or a
+// background read found damage. Pebble only logs such an error and tries
+// again, at once and forever; a flush that keeps failing (a full disk) lets
+// the memtables fill until Pebble stalls every commit, and the Save waiting
+// in that stall never returns. So the first one is recorded as the sticky
+// write error: the next write fails with it (the data already written is
+// durable in Pebble's WAL) and the replica stops.
+//
+// Pebble reports every retry again; only the first is logged (fenceFS slows
+// the retries down).
+func (s *Store) backgroundError(err error) {
+	s.setFatal(fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err))
+	s.bgOnce.Do(func() {
+		s.log.Error("pebblestore: pebble background error; the store refuses further writes",
+			zap.String("dir", s.dir), zap.Error(err))
+		close(s.bgFailed)
+	})
+}
+
+// setFatal records the first failure Pebble reports through Logger.Fatalf
+// or EventListener.BackgroundError.
 func (s *Store) setFatal(err error) {
 	s.fatalMu.Lock()
 	defer s.fatalMu.Unlock()
 	if s.fatal == nil {
 		s.fatal = err
 	}
+	s.markBroken(err)
+}
+
+// markBroken records err as the store's first failure of any kind, unless
+// one is recorded already.
+func (s *Store) markBroken(err error) {
+	s.broken.CompareAndSwap(nil, &err)
+}
+
+// brokenErr returns the store's first failure of any kind, or nil.
+func (s *Store) brokenErr() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setFenced records a failure after which Pebble's own state cannot be
+// trusted (Logger.Fatalf, a failed directory sync): like setFatal, and it
+// raises the fence (fenceFS) first.
+func (s *Store) setFenced(err error) {
+	s.fenced.CompareAndSwap(nil, &err)
+	s.setFatal(err)
+}
+
+// fencedErr returns the failure that fences the files, or nil.
+func (s *Store) fencedErr() error {
+	if p := s.fenced.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (s *Store) fatalErr() error {

@@ -203,13 +203,19 @@ type offCPUFile struct {
 
 func (f offCPUFile) SyncData() error { return f.syncs.syncData(f.File) }
 
-// wrapWAL returns a WAL file for Pebble: sized ahead always, and syncing
-// through fs.syncs when the store has one.
-func (fs walSizingFS) wrapWAL(f vfs.File) vfs.File {
-	if fs.syncs == nil {
-		return sizingFile{f}
+// wrapWAL returns a WAL file for Pebble: sized ahead always, syncing
+// through fs.syncs when the store has one, and reporting its failures to
+// the store rather than to Pebble (walFile) when fs.onWALError is set.
+func (fs walSizingFS) wrapWAL(name string, f vfs.File) vfs.File {
+	if fs.syncs != nil {
+		f = offCPUFile{sizingFile: sizingFile{f}, syncs: fs.syncs}
+	} else {
+		f = sizingFile{f}
 	}
-	return offCPUFile{sizingFile: sizingFile{f}, syncs: fs.syncs}
+	if fs.onWALError == nil {
+		return f
+	}
+	return walFile{File: f, name: fs.PathBase(name), onErr: fs.onWALError, failed: fs.failed}
 }
 
 // setSample replaces the histogram source (tests).

@@ -333,6 +333,11 @@ func (s *Store) write(build func(b *pebble.Batch) error) error {
 			return err
 		}
 		err = b.SyncWait()
+		if err == nil {
+			// A WAL write or sync failure reaches the store, not Pebble
+			// (walFile): the commit looks synced but is not acknowledged.
+			err = s.brokenErr()
+		}
 	}
 	_ = b.Close()
 	if err != nil {
@@ -346,6 +351,7 @@ func (s *Store) fail(err error) {
 	if s.failed == nil {
 		s.failed = err
 	}
+	s.markBroken(err)
 	s.log.Error("pebblestore: write failed; the store refuses further writes",
 		zap.String("dir", s.dir), zap.Error(err))
 }
