@@ -466,22 +466,7 @@ func TestRevokeSession(t *testing.T) {
 
 	// A lockctl acquire holding a lock for a long command: revoked, it
 	// stops the command (SIGTERM) and fails.
-	dir := t.TempDir()
-	marker := filepath.Join(dir, "terminated")
-	cmd := lc.command(ctx, "acquire", "-ttl", "2s", "-kill-grace", "2s", "long", "--",
-		"sh", "-c", `trap 'echo x > `+marker+`; exit 143' TERM; echo started; while :; do sleep 0.05; done`)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "started\n" {
-		t.Fatalf("command did not start: %q %v %s", line, err, errb.String())
-	}
+	cmd, errb, marker := lc.holdWithCommand(ctx, "long", "2s")
 	info, err := cl.Holder(ctx, "long")
 	if err != nil || info.Holder == 0 {
 		t.Fatalf("long: %+v %v", info, err)
@@ -541,4 +526,27 @@ func TestTLS(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q", name, code, errs)
 		}
 	}
+}
+
+// holdWithCommand starts "lockctl acquire NAME -- COMMAND" with a command
+// that records a SIGTERM in marker (a file that exists once it got one),
+// and returns once the command runs. errb collects acquire's stderr.
+func (lc *ctl) holdWithCommand(ctx context.Context, name, killGrace string) (cmd *exec.Cmd, errb *bytes.Buffer, marker string) {
+	lc.t.Helper()
+	marker = filepath.Join(lc.t.TempDir(), "terminated")
+	cmd = lc.command(ctx, "acquire", "-ttl", "2s", "-kill-grace", killGrace, name, "--",
+		"sh", "-c", `trap 'echo x > `+marker+`; exit 143' TERM; echo started; while :; do sleep 0.05; done`)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		lc.t.Fatal(err)
+	}
+	errb = new(bytes.Buffer)
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		lc.t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "started\n" {
+		lc.t.Fatalf("command did not start: %q %v %s", line, err, errb.String())
+	}
+	return cmd, errb, marker
 }

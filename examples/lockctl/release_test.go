@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,21 +166,7 @@ func TestRelease(t *testing.T) {
 	// the command gets SIGTERM, and acquire exits 1.
 	t.Run("acquire with a command", func(t *testing.T) {
 		ctx := testCtx(t)
-		marker := filepath.Join(t.TempDir(), "terminated")
-		cmd := lc.command(ctx, "acquire", "-ttl", "2s", "-kill-grace", "5s", "r/cmd", "--",
-			"sh", "-c", `trap 'echo x > `+marker+`; exit 143' TERM; echo started; while :; do sleep 0.05; done`)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "started\n" {
-			t.Fatalf("command did not start: %q %v %s", line, err, errb.String())
-		}
+		cmd, errb, marker := lc.holdWithCommand(ctx, "r/cmd", "5s")
 		info, err := cl.Holder(ctx, "r/cmd")
 		if err != nil || info.Holder == 0 {
 			t.Fatalf("r/cmd: %+v %v", info, err)
