@@ -42,6 +42,7 @@ type memStore struct {
 	failed   bool // a Save has returned failWith
 	gate     *gate
 	readErr  error // returned by Entries, Term and Snapshot when set (failReads)
+	readFail bool  // a read has returned readErr
 }
 
 type saveCall struct {
@@ -116,7 +117,17 @@ func (s *memStore) failReads(err error) {
 func (s *memStore) readFault() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.readErr != nil {
+		s.readFail = true
+	}
 	return s.readErr
+}
+
+// hasFailedRead reports whether a read has returned the injected error.
+func (s *memStore) hasFailedRead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readFail
 }
 
 func (s *memStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
@@ -469,6 +480,8 @@ func (c *cluster) deliver(m *raftpb.Message) {
 // append a node acknowledges and every vote it grants must already be saved
 // in its own store, a node whose Save failed sends nothing more, and the
 // commit index a leader announces must be durable in a quorum of stores. A
+// node whose log read failed sends nothing more either (raft gave up on its
+// state: see readGuard). A
 // leader's append may carry entries it has not saved yet: it writes them in
 // parallel with its followers (raft thesis §10.2.1) and counts its own copy
 // only once saved, which the quorum check verifies.
@@ -478,6 +491,8 @@ func (c *cluster) checkSend(from uint64, m *raftpb.Message) {
 	switch typ := m.GetType(); {
 	case st.hasFailed():
 		bad = fmt.Sprintf("%d sent %v to %d after its Save failed", from, typ, m.GetTo())
+	case st.hasFailedRead():
+		bad = fmt.Sprintf("%d sent %v to %d after a log read failed", from, typ, m.GetTo())
 	case typ == raftpb.MsgApp || typ == raftpb.MsgHeartbeat:
 		if typ == raftpb.MsgApp && len(m.GetEntries()) > 0 {
 			counted = "entries sent"
