@@ -589,18 +589,7 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 	toggle.Off()
 	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
 	defer func() { _ = s.Close() }()
-	if last, err := s.LastIndex(); err != nil || last < r.acked || last > r.acked+1 {
-		t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, r.acked, r.acked+1)
-	}
-	ents, err := s.Entries(1, r.acked+1, noLimitSize)
-	if err != nil || uint64(len(ents)) != r.acked {
-		t.Fatalf("Entries(1, %d) = %d entries, %v", r.acked+1, len(ents), err)
-	}
-	for k, e := range ents {
-		if !bytes.Equal(e.GetData(), entry(uint64(k)+1).GetData()) {
-			t.Fatalf("entry %d differs after reopening", k+1)
-		}
-	}
+	checkReopened(t, s, 1, r.acked, entry)
 	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < r.acked {
 		t.Fatalf("hard state = %v, %v; want commit %d or more", hs, err, r.acked)
 	}
@@ -658,19 +647,7 @@ func TestWALCreateFailureStopsWrites(t *testing.T) {
 			toggle.Off()
 			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
 			defer func() { _ = s.Close() }()
-			last, err := s.LastIndex()
-			if err != nil || last < acked || last > acked+1 {
-				t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
-			}
-			ents, err := s.Entries(4, acked+1, noLimitSize)
-			if err != nil || uint64(len(ents)) != acked-3 {
-				t.Fatalf("Entries(4, %d) = %d entries, %v", acked+1, len(ents), err)
-			}
-			for k, e := range ents {
-				if !bytes.Equal(e.GetData(), entry(uint64(k)+4).GetData()) {
-					t.Fatalf("entry %d differs after reopening", k+4)
-				}
-			}
+			last := checkReopened(t, s, 4, acked, entry)
 			// And the store works again.
 			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
 				t.Fatalf("Save after reopening: %v", err)
@@ -736,19 +713,7 @@ func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
 			if err := s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
 				t.Fatalf("compacting the reopened store: %v", err)
 			}
-			last, err := s.LastIndex()
-			if err != nil || last < acked || last > acked+1 {
-				t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
-			}
-			ents, err := s.Entries(4, acked+1, noLimitSize)
-			if err != nil || uint64(len(ents)) != acked-3 {
-				t.Fatalf("Entries(4, %d) = %d entries, %v", acked+1, len(ents), err)
-			}
-			for k, e := range ents {
-				if !bytes.Equal(e.GetData(), entry(uint64(k)+4).GetData()) {
-					t.Fatalf("entry %d differs after reopening", k+4)
-				}
-			}
+			last := checkReopened(t, s, 4, acked, entry)
 			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
 				t.Fatalf("Save after reopening: %v", err)
 			}
@@ -954,4 +919,25 @@ func TestStalledWriteFailsWithFlush(t *testing.T) {
 	if sn, err := s.Snapshot(); err != nil || sn.GetMetadata().GetIndex() != 30 {
 		t.Fatalf("snapshot after reopening: index %d, %v; want 30", sn.GetMetadata().GetIndex(), err)
 	}
+}
+
+// checkReopened checks a store reopened after a failure: it holds entries
+// first..acked as entry makes them, and perhaps the failed Save's entry
+// (acked+1: it may have reached the WAL). It returns the last index.
+func checkReopened(t *testing.T, s *Store, first, acked uint64, entry func(uint64) *raftpb.Entry) uint64 {
+	t.Helper()
+	last, err := s.LastIndex()
+	if err != nil || last < acked || last > acked+1 {
+		t.Fatalf("LastIndex() after reopening = %d, %v; want %d or %d", last, err, acked, acked+1)
+	}
+	ents, err := s.Entries(first, acked+1, noLimitSize)
+	if err != nil || uint64(len(ents)) != acked+1-first {
+		t.Fatalf("Entries(%d, %d) = %d entries, %v", first, acked+1, len(ents), err)
+	}
+	for k, e := range ents {
+		if !bytes.Equal(e.GetData(), entry(uint64(k)+first).GetData()) {
+			t.Fatalf("entry %d differs after reopening", uint64(k)+first)
+		}
+	}
+	return last
 }
