@@ -59,17 +59,9 @@ func TestFailureThenCrash(t *testing.T) {
 				})}
 				s := openT(t, "db", Options{FS: errorfs.Wrap(mem, toggle)}, defaultCacheLimits)
 				saveEach(t, s, 1, 3)
-				pad := strings.Repeat("z", 60<<10)
-				entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+				entry := bigEntry
 				toggle.On()
-				acked := uint64(3)
-				var err error
-				for i := uint64(4); i <= 1000; i++ {
-					if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
-						break
-					}
-					acked = i
-				}
+				acked, err := saveUntilError(s, 4, 1000)
 				if !errors.Is(err, c.err) {
 					t.Fatalf("%d acknowledged, then err = %v; want %v", acked, err, c.err)
 				}

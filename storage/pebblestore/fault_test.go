@@ -553,8 +553,7 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 
 	// 60 KiB entries: two 8 MiB memtables (Pebble's stall threshold) hold
 	// fewer than 300, so 1000 Saves reach the stall if the failure is missed.
-	pad := strings.Repeat("z", 60<<10)
-	entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
+	entry := bigEntry
 	type result struct {
 		acked uint64
 		err   error
@@ -562,12 +561,7 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		for i := uint64(1); i <= 1000; i++ {
-			if r.err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); r.err != nil {
-				break
-			}
-			r.acked = i
-		}
+		r.acked, r.err = saveUntilError(s, 1, 1000)
 		done <- r
 	}()
 	var r result
@@ -618,16 +612,8 @@ func TestWALCreateFailureStopsWrites(t *testing.T) {
 			// 60 KiB entries fill Pebble's first memtable (256 KiB) within
 			// a few Saves, and 1000 of them fill several.
 			toggle.On()
-			pad := strings.Repeat("z", 60<<10)
-			entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
-			acked, i := uint64(3), uint64(4)
-			var err error
-			for ; i <= 1000; i++ {
-				if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
-					break
-				}
-				acked = i
-			}
+			entry := bigEntry
+			acked, err := saveUntilError(s, 4, 1000)
 			if !errors.Is(err, cause) || !strings.Contains(err.Error(), ".log") {
 				t.Fatalf("Saves while no WAL file can be created: %d acknowledged, then err = %v; want an error wrapping %v naming the WAL", acked, err, cause)
 			}
@@ -692,16 +678,8 @@ func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
 			saveEach(t, s, 1, 3)
 
 			toggle.On()
-			pad := strings.Repeat("z", 60<<10)
-			entry := func(i uint64) *raftpb.Entry { return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad)) }
-			acked := uint64(3)
-			var err error
-			for i := uint64(4); i <= 1000; i++ {
-				if err = s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{entry(i)}); err != nil {
-					break
-				}
-				acked = i
-			}
+			entry := bigEntry
+			acked, err := saveUntilError(s, 4, 1000)
 			if !errors.Is(err, syscall.EIO) {
 				t.Fatalf("Saves with failing %s: %d acknowledged, then err = %v; want EIO", c.name, acked, err)
 			}
@@ -796,11 +774,7 @@ func TestFailedStoreThrottlesRetries(t *testing.T) {
 	s := openT(t, "db", opts, defaultCacheLimits)
 	defer func() { _ = s.Close() }()
 	toggle.On()
-	pad := strings.Repeat("z", 60<<10)
-	var err error
-	for i := uint64(1); i <= 1000 && err == nil; i++ {
-		err = s.Save(nil, []*raftpb.Entry{testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, pad))})
-	}
+	_, err := saveUntilError(s, 1, 1000)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Saves with failing flushes: err = %v, want ENOSPC", err)
 	}
@@ -940,4 +914,24 @@ func checkReopened(t *testing.T, s *Store, first, acked uint64, entry func(uint6
 		}
 	}
 	return last
+}
+
+// bigEntry is entry i at term 1 with 60 KiB of data: a few fill one of
+// Pebble's memtables (256 KiB at first), 1000 fill several of the largest.
+func bigEntry(i uint64) *raftpb.Entry {
+	return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, strings.Repeat("z", 60<<10)))
+}
+
+// saveUntilError saves bigEntry(from) .. bigEntry(to) one Save each, with
+// a hard state committing each, until a Save fails. It returns the last
+// index acknowledged (from-1 if none) and the error (nil if all succeeded).
+func saveUntilError(s *Store, from, to uint64) (acked uint64, err error) {
+	acked = from - 1
+	for i := from; i <= to; i++ {
+		if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(i)}, []*raftpb.Entry{bigEntry(i)}); err != nil {
+			return acked, err
+		}
+		acked = i
+	}
+	return acked, nil
 }
