@@ -919,8 +919,10 @@ func checkReopened(t *testing.T, s *Store, first, acked uint64, entry func(uint6
 // bigEntry is entry i at term 1 with 60 KiB of data: a few fill one of
 // Pebble's memtables (256 KiB at first), 1000 fill several of the largest.
 func bigEntry(i uint64) *raftpb.Entry {
-	return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, strings.Repeat("z", 60<<10)))
+	return testEntry(i, 1, fmt.Sprintf("entry %d|%s", i, bigPad))
 }
+
+var bigPad = strings.Repeat("z", 60<<10)
 
 // saveUntilError saves bigEntry(from) .. bigEntry(to) one Save each, with
 // a hard state committing each, until a Save fails. It returns the last
