@@ -97,6 +97,22 @@ func TestMetrics(t *testing.T) {
 	if v, _ := metricValue(t, reg, "quorumlock_locks_held", member(lead)); v != 1 {
 		t.Errorf("locks held on the leader = %v, want 1", v)
 	}
+	// Every replica has written the five entries (the leader's empty one,
+	// the session, acquire, release, acquire) once it applied them; a
+	// follower outside the commit quorum may still be behind.
+	commit := c.Node(lead).Status().Commit
+	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		behind := false
+		for _, id := range c.IDs() {
+			behind = behind || c.Node(id).Status().Applied < commit
+		}
+		if !behind {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Fatalf("replicas did not apply through %d", commit)
+		}
+	}
 	for _, id := range c.IDs() {
 		if v, _ := metricValue(t, reg, "quorumlock_log_saved_entries_total", member(id)); v < 5 {
 			t.Errorf("replica %d wrote %v log entries, want at least 5", id, v)
