@@ -553,7 +553,6 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 
 	// 60 KiB entries: two 8 MiB memtables (Pebble's stall threshold) hold
 	// fewer than 300, so 1000 Saves reach the stall if the failure is missed.
-	entry := bigEntry
 	type result struct {
 		acked uint64
 		err   error
@@ -573,7 +572,7 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 	if !errors.Is(r.err, syscall.ENOSPC) {
 		t.Fatalf("Saves with failing flushes: %d acknowledged, then err = %v; want an error wrapping ENOSPC", r.acked, r.err)
 	}
-	if err := s.Save(nil, []*raftpb.Entry{entry(r.acked + 1)}); !errors.Is(err, syscall.ENOSPC) {
+	if err := s.Save(nil, []*raftpb.Entry{bigEntry(r.acked + 1)}); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Save after the failure: err = %v, want the sticky ENOSPC", err)
 	}
 	_ = s.Close()
@@ -583,7 +582,7 @@ func TestFlushFailureStopsWrites(t *testing.T) {
 	toggle.Off()
 	s = openT(t, "db", Options{FS: mem}, defaultCacheLimits)
 	defer func() { _ = s.Close() }()
-	checkReopened(t, s, 1, r.acked, entry)
+	checkReopened(t, s, 1, r.acked)
 	if hs, _, err := s.InitialState(); err != nil || hs.GetCommit() < r.acked {
 		t.Fatalf("hard state = %v, %v; want commit %d or more", hs, err, r.acked)
 	}
@@ -612,12 +611,11 @@ func TestWALCreateFailureStopsWrites(t *testing.T) {
 			// 60 KiB entries fill Pebble's first memtable (256 KiB) within
 			// a few Saves, and 1000 of them fill several.
 			toggle.On()
-			entry := bigEntry
 			acked, err := saveUntilError(s, 4, 1000)
 			if !errors.Is(err, cause) || !strings.Contains(err.Error(), ".log") {
 				t.Fatalf("Saves while no WAL file can be created: %d acknowledged, then err = %v; want an error wrapping %v naming the WAL", acked, err, cause)
 			}
-			if err := s.Save(nil, []*raftpb.Entry{entry(acked + 1)}); !errors.Is(err, cause) {
+			if err := s.Save(nil, []*raftpb.Entry{bigEntry(acked + 1)}); !errors.Is(err, cause) {
 				t.Fatalf("Save after the failure: err = %v, want the sticky %v", err, cause)
 			}
 			_ = s.Close()
@@ -633,9 +631,9 @@ func TestWALCreateFailureStopsWrites(t *testing.T) {
 			toggle.Off()
 			s = openT(t, "db", Options{FS: fs}, defaultCacheLimits)
 			defer func() { _ = s.Close() }()
-			last := checkReopened(t, s, 4, acked, entry)
+			last := checkReopened(t, s, 4, acked)
 			// And the store works again.
-			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{bigEntry(last + 1)}); err != nil {
 				t.Fatalf("Save after reopening: %v", err)
 			}
 		})
@@ -678,7 +676,6 @@ func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
 			saveEach(t, s, 1, 3)
 
 			toggle.On()
-			entry := bigEntry
 			acked, err := saveUntilError(s, 4, 1000)
 			if !errors.Is(err, syscall.EIO) {
 				t.Fatalf("Saves with failing %s: %d acknowledged, then err = %v; want EIO", c.name, acked, err)
@@ -691,8 +688,8 @@ func TestMetadataFailureLeavesStoreOpenable(t *testing.T) {
 			if err := s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
 				t.Fatalf("compacting the reopened store: %v", err)
 			}
-			last := checkReopened(t, s, 4, acked, entry)
-			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{entry(last + 1)}); err != nil {
+			last := checkReopened(t, s, 4, acked)
+			if err := s.Save(&raftpb.HardState{Term: new(uint64(1)), Commit: new(last + 1)}, []*raftpb.Entry{bigEntry(last + 1)}); err != nil {
 				t.Fatalf("Save after reopening: %v", err)
 			}
 		})
@@ -896,9 +893,9 @@ func TestStalledWriteFailsWithFlush(t *testing.T) {
 }
 
 // checkReopened checks a store reopened after a failure: it holds entries
-// first..acked as entry makes them, and perhaps the failed Save's entry
+// first..acked as bigEntry makes them, and perhaps the failed Save's entry
 // (acked+1: it may have reached the WAL). It returns the last index.
-func checkReopened(t *testing.T, s *Store, first, acked uint64, entry func(uint64) *raftpb.Entry) uint64 {
+func checkReopened(t *testing.T, s *Store, first, acked uint64) uint64 {
 	t.Helper()
 	last, err := s.LastIndex()
 	if err != nil || last < acked || last > acked+1 {
@@ -909,7 +906,7 @@ func checkReopened(t *testing.T, s *Store, first, acked uint64, entry func(uint6
 		t.Fatalf("Entries(%d, %d) = %d entries, %v", first, acked+1, len(ents), err)
 	}
 	for k, e := range ents {
-		if !bytes.Equal(e.GetData(), entry(uint64(k)+first).GetData()) {
+		if !bytes.Equal(e.GetData(), bigEntry(uint64(k)+first).GetData()) {
 			t.Fatalf("entry %d differs after reopening", uint64(k)+first)
 		}
 	}
