@@ -86,8 +86,9 @@ func WithDialer(d func(ctx context.Context, addr string) (net.Conn, error)) Clie
 // clock.Real(); nil makes Dial return ErrInvalidConfig.
 func WithClock(c clock.Clock) ClientOption { return func(o *clientOptions) { o.clk = c } }
 
-// WithSessionTTL sets the TTL of sessions opened without WithTTL. The
-// default is 10 s.
+// WithSessionTTL sets the TTL of sessions opened without WithTTL, in
+// [MinSessionTTL, MaxSessionTTL] (Dial returns ErrInvalidConfig
+// otherwise). The default is 10 s.
 func WithSessionTTL(d time.Duration) ClientOption { return func(o *clientOptions) { o.ttl = d } }
 
 // WithElectionTimeout tells the client the cluster's election timeout, used
@@ -104,8 +105,8 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 // WithDialer function, which may understand other forms, is given. It
 // checks that one replica answers before returning, within ctx. Errors:
 // ErrInvalidConfig for no addresses, an address or dns target without a
-// port (gRPC would quietly dial port 443) or bad options, or the error of
-// the last replica tried.
+// port (gRPC would quietly dial port 443) or bad options, ctx's error if
+// ctx ends first, or the error of the last replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
 	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: MaxNameBytesLimit, settle: time.Second}
 	for _, opt := range opts {

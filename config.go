@@ -38,15 +38,17 @@ type Config struct {
 	// distinct.
 	Peers map[uint64]string
 
-	// DataDir holds the raft log. It is created if missing. A directory
-	// written by another cluster (ClusterName and member IDs) or another ID
-	// is refused with ErrForeignDataDir.
+	// DataDir holds the raft log. Required. It is created if missing. A
+	// directory written by another cluster (ClusterName and member IDs) or
+	// another ID is refused with ErrForeignDataDir.
 	DataDir string
 
 	// LogBackend selects the durable log: LogPebble (the default: log,
 	// hard state and snapshots in a Pebble database under DataDir/log) or
 	// LogWAL (etcd's write-ahead log plus snapshot files under
-	// DataDir/wal). A data directory keeps the backend it was created with.
+	// DataDir/wal). A data directory keeps the backend it was created with:
+	// Start refuses one holding the other backend's log with
+	// ErrInvalidConfig.
 	LogBackend LogBackend
 
 	// Listener, if set, is served instead of listening on Peers[ID]; Start
@@ -68,7 +70,8 @@ type Config struct {
 	// must be above 2 s.
 	SessionTTL time.Duration
 
-	// TickInterval is the duration of one raft tick. The default is 100 ms.
+	// TickInterval is the duration of one raft tick, at least 1 ms. The
+	// default is 100 ms.
 	TickInterval time.Duration
 
 	// ElectionTicks is the raft election timeout in ticks (heartbeats go out

@@ -29,8 +29,11 @@ var (
 	// Acquire when a concurrent Release of the session freed the grant.
 	ErrNotHeld = errors.New("quorumlock: lock not held")
 
-	// ErrLimit is returned when a configured limit (sessions, locks per
-	// session, waiters per lock) would be exceeded. Nothing changed.
+	// ErrLimit is returned when a limit would be exceeded: a configured
+	// one (sessions, locks per session, waiters per lock), the 1,024
+	// outcomes the cluster keeps per session for its requests in flight,
+	// or MaxValueBytes for a leadership's value. Nothing changed (for
+	// Lock.Release it comes wrapped with ErrUnknownOutcome: see there).
 	ErrLimit = errors.New("quorumlock: limit reached")
 
 	// ErrClosed is returned by calls on a Node or a Client (or the

@@ -33,9 +33,10 @@ func (l *Lock) Session() *Session { return l.s }
 
 // Lost is closed when the holder can no longer vouch that it holds the lock:
 // the lock was released, the session ended (closed, expired on the cluster,
-// or past its client-side lease), or the Node closed. Stop using the
-// protected resource when it closes; the fencing token protects against the
-// window in which this notice is late (a paused process).
+// or past its client-side lease), or the Node or Client the session was
+// opened through closed. Stop using the protected resource when it closes;
+// the fencing token protects against the window in which this notice is
+// late (a paused process).
 func (l *Lock) Lost() <-chan struct{} {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
@@ -67,7 +68,7 @@ func (l *Lock) markLostLocked() {
 // Release frees the lock if this grant is still current; the next waiter is
 // granted with a larger token. The release names the token (DESIGN.md
 // invariant 7): a late or repeated release never frees a newer grant.
-// Lost closes in every case but the ctx one.
+// Lost closes in every case but the ctx and ErrLimit ones.
 //
 // Errors: ErrNotHeld (the grant is no longer current), ErrLimit wrapped
 // with ErrUnknownOutcome (refused: the session has too many requests

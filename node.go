@@ -74,8 +74,12 @@ type LockInfo struct {
 // cfg.Listener). It does not wait for a leader to be elected: sessions and
 // reads opened right away wait for one, within their contexts.
 //
-// Errors: ErrInvalidConfig naming the field; ErrForeignDataDir; storage
-// errors naming the file; a listen error. ctx bounds the start-up work.
+// Errors: ErrInvalidConfig naming the field (also for a data directory
+// holding the other LogBackend's log, and for metrics already registered
+// for this member); ErrForeignDataDir; storage errors naming the file
+// (storage.ErrCorrupt for damaged data); a listen error; ctx's error if
+// ctx has ended when Start is called. ctx also bounds the listen; opening
+// the log (replaying it) does not watch ctx.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

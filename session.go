@@ -140,8 +140,9 @@ func (s *Session) ID() uint64 { return s.id }
 // TTL returns the session's TTL.
 func (s *Session) TTL() time.Duration { return s.ttl }
 
-// Done is closed when the session is over: closed, expired, its lease ran
-// out on the client, or its Node closed.
+// Done is closed when the session is over: closed, expired (or revoked) on
+// the cluster, its lease ran out on the client, abandoned (see Acquire), or
+// the Node or Client it was opened through closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Err returns why the session ended (wrapping ErrSessionExpired or
