@@ -299,8 +299,9 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 // Observe streams the leadership of role as this replica applies it: first
 // the current state (after a linearizable read), then every change in log
 // order. Between two leaders it always reports an event without a leader,
-// epochs never decrease, and a value change within an epoch may be merged
-// with the next event when the receiver is slow. It keeps working across
+// and epochs never decrease. A receiver that falls more than 1,024 changes
+// behind loses the oldest of them, never the latest state (a leadership
+// that began and ended meanwhile is then missed). It keeps working across
 // leader changes of the cluster and outages of this replica's link to the
 // majority (events resume when the replica catches up). The channel closes
 // when ctx ends or the Node closes, and at once for an invalid role or a
