@@ -14,6 +14,8 @@
 //	err = resource.Write(data, l.Token()) // the resource calls fence.Admit("orders/42", token)
 //	err = l.Release(ctx)
 //
-// Guarantees and their sources are listed in DESIGN.md; the README explains
-// them for users.
+// The README lists the guarantees for users; docs/architecture.md maps each
+// to its tests and lists where the code departs from the design (DESIGN.md,
+// kept outside this repository, whose invariants the docstrings cite by
+// number).
 package quorumlock
