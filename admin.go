@@ -21,8 +21,9 @@ type ReplicaStatus struct {
 	Err error
 }
 
-// Status asks every replica the client knows for its view (members, leader,
-// term, commit and applied indexes), each within ctx.
+// Status asks every replica the client knows for its view (its ID, leader,
+// term, commit and applied indexes), each within ctx, and returns one
+// entry per address given to Dial, in that order.
 func (c *Client) Status(ctx context.Context) []ReplicaStatus {
 	out := make([]ReplicaStatus, len(c.addrs))
 	if c.isClosed() {
@@ -102,8 +103,9 @@ type SessionEntry struct {
 	Held int // locks and roles it holds
 }
 
-// Sessions lists live sessions with IDs above after, at most limit, as of
-// a linearizable read, and reports whether more follow.
+// Sessions lists live sessions with IDs above after, at most limit (0: 100,
+// at most 10,000), as of a linearizable read, and reports whether more
+// follow.
 func (c *Client) Sessions(ctx context.Context, after uint64, limit int) ([]SessionEntry, bool, error) {
 	var out []SessionEntry
 	var more bool
