@@ -90,8 +90,8 @@
 //
 // Send never blocks. A message is dropped, and the peer is reported through
 // Config.Unreachable, when the peer's queue is full, when the stream to the
-// peer fails, and while the sender waits to reconnect (50 ms doubling to 2 s,
-// with jitter). Raft retransmits what it needs. A snapshot whose transfer
+// peer fails, and while the sender waits to reconnect (50 ms doubling to
+// Config.MaxReconnectWait, 2 s by default, with jitter). Raft retransmits what it needs. A snapshot whose transfer
 // fails is reported through Config.SnapshotStatus with raft.SnapshotFailure
 // (not through Unreachable).
 //
