@@ -29,8 +29,8 @@ import (
 // client-side lease rule. It finds the leader, follows NOT_LEADER hints,
 // moves to another replica when one is stopped, paused or cut off from the
 // majority, and re-sends in-flight requests with their (session, seq).
-// The heartbeats of all its sessions share one stream. Its methods are safe
-// for concurrent use.
+// The heartbeats of all its sessions share one stream per replica (they go
+// to the leader). Its methods are safe for concurrent use.
 //
 // A Client does not know the replicas' Config.MaxNameBytes: it refuses
 // locally only names no cluster accepts (empty, longer than
