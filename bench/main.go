@@ -7,7 +7,7 @@
 // clients in a child process (this binary, re-executed; see memClientCmd)
 // so that this process's heap holds only the replicas.
 //
-//	go run ./bench                        # every scenario, full size (~15 min)
+//	go run ./bench                        # every scenario, full size (~9 min)
 //	go run ./bench -quick -json out.json  # every scenario, scaled down (< 3 min)
 //	go run ./bench -scenarios latency_1,handoff_16 -duration 5s
 //	go run ./bench -scenarios expiry_storm -systems ours -cpuprofile /tmp/prof
