@@ -44,7 +44,7 @@ var (
 	// ErrUnknownOutcome is returned when a request may or may not have taken
 	// effect: the caller's context ended after the request was sent and
 	// before an answer came, or (wrapping ErrLimit) a Release was refused
-	// while an earlier copy of it may still apply. (Acquire never returns
+	// while another copy of it may still apply. (Acquire never returns
 	// it: it settles the outcome first, see Session.Acquire.)
 	ErrUnknownOutcome = errors.New("quorumlock: outcome unknown")
 
