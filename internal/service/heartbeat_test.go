@@ -59,3 +59,48 @@ func TestRevokeUnknownNeedsConfirmation(t *testing.T) {
 		t.Fatalf("revoke of an unknown session at a confirmed leader: %v, %v; want NO_SESSION", resp, err)
 	}
 }
+
+// timerEntries counts the heartbeat receipts the leader's timer queue
+// holds.
+func (h *harness) timerEntries() int {
+	h.svc.mu.Lock()
+	defer h.svc.mu.Unlock()
+	n := 0
+	for _, f := range h.svc.timers.byTTL {
+		n += len(f.items) - f.head
+	}
+	return n
+}
+
+// A heartbeat batch that names one session many times (a buggy or hostile
+// client: a 4 MiB KeepAlive message holds millions of IDs) renews it once:
+// the leader keeps one timer entry per receipt time, not one per ID, so
+// the batch cannot pin memory for a whole TTL. The session still expires a
+// TTL after that heartbeat, not before.
+func TestHeartbeatRepeatedIDsKeepOneTimer(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Minute)
+	h.clk.Advance(time.Second)
+	ids := make([]uint64, 100_000)
+	for i := range ids {
+		ids[i] = id
+	}
+	alive, gone, code, _ := h.svc.Heartbeat(t.Context(), ids)
+	if code != lockpb.Code_CODE_OK || len(alive) != len(ids) || len(gone) != 0 {
+		t.Fatalf("heartbeat: %d alive, %d gone, %v", len(alive), len(gone), code)
+	}
+	// The open's receipt and this heartbeat's.
+	if n := h.timerEntries(); n != 2 {
+		t.Fatalf("%d timer entries after one batch of %d repeated IDs, want 2", n, len(ids))
+	}
+	h.clk.Advance(time.Minute)
+	h.svc.expireDue()
+	if !h.live(id) {
+		t.Fatal("session expired a TTL after the open, though renewed a second later")
+	}
+	h.clk.Advance(time.Second)
+	h.svc.expireDue()
+	if h.live(id) {
+		t.Fatal("session still live a TTL after its last heartbeat")
+	}
+}
