@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -70,8 +71,14 @@ type LockEntry struct {
 // Locks lists held locks and roles after the cursor after ("" for the
 // start; roles sort first), at most limit (0: 100, at most 10,000), as of a
 // linearizable read, and reports whether more follow: pass the last
-// entry's Cursor as after to continue.
+// entry's Cursor as after to continue. A cursor that is not valid UTF-8
+// (no key is) fails with ErrInvalidName.
 func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntry, bool, error) {
+	if !utf8.ValidString(after) {
+		// It cannot be marshaled into the request: every attempt would
+		// fail the same way until ctx ends.
+		return nil, false, fmt.Errorf("%w: cursor %q is not valid UTF-8", ErrInvalidName, after)
+	}
 	var out []LockEntry
 	var more bool
 	err := c.read(ctx, func(actx context.Context, cli lockpb.LockClient) error {

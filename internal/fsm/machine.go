@@ -80,7 +80,10 @@ func (m *Machine) removeSession(id uint64) {
 // liveAfter calls f for every live session with an ID above after, in ID
 // order, until f returns false.
 func (m *Machine) liveAfter(after uint64, f func(id uint64, s *session) bool) {
-	i, _ := slices.BinarySearchFunc(m.order, after+1, func(r sessionRef, id uint64) int { return cmp.Compare(r.id, id) })
+	i, found := slices.BinarySearchFunc(m.order, after, func(r sessionRef, id uint64) int { return cmp.Compare(r.id, id) })
+	if found {
+		i++ // not after+1: the largest ID has nothing after it
+	}
 	for _, r := range m.order[i:] {
 		if r.s != nil && !f(r.id, r.s) {
 			return

@@ -220,3 +220,20 @@ func TestStampedLimitsDecide(t *testing.T) {
 		t.Fatalf("an unstamped acquire over the machine's MaxNameBytes 2: code %d", res.Code)
 	}
 }
+
+// A listing cursor at the largest ID has nothing after it: after+1 must not
+// wrap around to the first session (a bad cursor from a remote client).
+func TestSessionsAfterLargestID(t *testing.T) {
+	m := New(Limits{})
+	m.Apply(1, 1, &Command{Op: OpOpenSession, TTL: 10e9})
+	m.Apply(2, 1, &Command{Op: OpOpenSession, TTL: 10e9})
+	if out, more := m.SessionsAfter(^uint64(0), 10); len(out) != 0 || more {
+		t.Errorf("SessionsAfter(max) = %+v, %v; want none", out, more)
+	}
+	if out, more := m.SessionsAfter(^uint64(0)-1, 10); len(out) != 0 || more {
+		t.Errorf("SessionsAfter(max-1) = %+v, %v; want none", out, more)
+	}
+	if out, _ := m.SessionsAfter(1, 10); len(out) != 1 || out[0].ID != 2 {
+		t.Errorf("SessionsAfter(1) = %+v, want session 2", out)
+	}
+}

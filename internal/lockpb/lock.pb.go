@@ -1144,7 +1144,8 @@ type ListRequest struct {
 	// Start after this lock name (ListLocks) or session ID (ListSessions).
 	AfterName string `protobuf:"bytes,1,opt,name=after_name,json=afterName,proto3" json:"after_name,omitempty"`
 	AfterId   uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
-	// At most this many; 0 means 100. Capped at 10,000.
+	// At most this many; 0 means 100. Capped at 10,000. A ListLocks page
+	// ends early (more is set) once its locks add up to 1 MiB.
 	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

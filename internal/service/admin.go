@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
@@ -18,8 +20,14 @@ func pageLimit(l uint32) int {
 	return int(l)
 }
 
+// maxPageBytes bounds the locks of one ListLocks page, well under gRPC's
+// default 4 MiB receive limit: a lock can carry a 4 KiB value and
+// thousands of waiters, so a page of 10,000 would not fit.
+const maxPageBytes = lockpb.MaxBatchBytes
+
 // ListLocks pages through held locks and roles in key order, as of a
-// linearizable read.
+// linearizable read. A page ends early, with more set, once its locks add
+// up to maxPageBytes (it holds at least one).
 func (s *Service) ListLocks(ctx context.Context, req *lockpb.ListRequest) (*lockpb.ListLocksResponse, error) {
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
@@ -29,10 +37,15 @@ func (s *Service) ListLocks(ctx context.Context, req *lockpb.ListRequest) (*lock
 	after := req.GetAfterName()
 	page, more := s.m.Locks(after, pageLimit(req.GetLimit()))
 	resp := &lockpb.ListLocksResponse{More: more}
-	for _, li := range page {
+	size := 0
+	for i, li := range page {
 		st := &lockpb.LockState{Name: li.Name, Session: li.Holder, Token: li.Token, Waiters: li.Waiters, Value: li.Value}
 		if len(li.Name) > 0 && li.Name[:len(fsm.RolePrefix)] == fsm.RolePrefix {
 			st.Name, st.Role = li.Name[len(fsm.RolePrefix):], true
+		}
+		if size += proto.Size(st); i > 0 && size > maxPageBytes {
+			resp.More = true
+			break
 		}
 		resp.Locks = append(resp.Locks, st)
 	}

@@ -384,12 +384,23 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 	return alive, gone, lockpb.Code_CODE_OK, 0
 }
 
+// maxHeartbeatsInFlight bounds the batches of one KeepAlive stream being
+// answered at once (see KeepAlive). A client sends a batch per 10,000
+// sessions about every TTL/3, so this is far above what one needs.
+const maxHeartbeatsInFlight = 1024
+
 // KeepAlive is the gRPC stream form of Heartbeat: each request is one batch
 // of sessions; answers may come back out of order, matched by batch number.
+// At most maxHeartbeatsInFlight batches are answered at once, each until
+// its answer is queued for sending: the next batch is read only when one
+// is done, so a client that sends faster than the leader confirms, or
+// reads no answers, is held back by flow control instead of costing the
+// leader a goroutine per batch without bound.
 func (s *Service) KeepAlive(stream lockpb.Lock_KeepAliveServer) error {
 	ctx := stream.Context()
 	out := make(chan *lockpb.KeepAliveResponse, 16)
 	errc := make(chan error, 1)
+	slots := make(chan struct{}, maxHeartbeatsInFlight)
 	go func() {
 		for {
 			select {
@@ -404,11 +415,19 @@ func (s *Service) KeepAlive(stream lockpb.Lock_KeepAliveServer) error {
 		}
 	}()
 	for {
+		select {
+		case slots <- struct{}{}:
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		req, err := stream.Recv()
 		if err != nil {
 			return err
 		}
 		go func() {
+			defer func() { <-slots }()
 			alive, gone, code, hint := s.Heartbeat(ctx, req.GetSessions())
 			select {
 			case out <- &lockpb.KeepAliveResponse{Batch: req.GetBatch(), Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint], Alive: alive, Expired: gone}:

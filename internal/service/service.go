@@ -354,8 +354,14 @@ func (s *Service) LeaderLost() {
 	clear(s.armed)
 }
 
-// touch records a heartbeat of session id received at now.
+// touch records a heartbeat of session id received at now. A receipt at
+// the time of the latest one is queued already: a batch that repeats an ID
+// (a KeepAlive message can hold millions) adds one timer entry, not one per
+// repetition, each kept for a TTL.
 func (s *Service) touch(id uint64, ttl time.Duration, now time.Time) {
+	if last, ok := s.last[id]; ok && last.Equal(now) {
+		return
+	}
 	s.last[id] = now
 	s.timers.push(id, ttl, now)
 }

@@ -28,8 +28,11 @@ type fakeRaft struct {
 	pending []*raftpb.Entry
 	readErr error
 	reads   int
-	leader  uint64
-	changed chan struct{} // closed and replaced by setLeader
+	// readGate, if set, holds every ReadIndex (counted in reads at once)
+	// until it is closed.
+	readGate chan struct{}
+	leader   uint64
+	changed  chan struct{} // closed and replaced by setLeader
 
 	deferredCalls int      // deferred ProposeAsync calls
 	holdDeferred  bool     // a deferred ProposeAsync keeps the entry in heldDeferred
@@ -141,8 +144,18 @@ func (f *fakeRaft) commitPending() {
 
 func (f *fakeRaft) ReadIndex(ctx context.Context) (uint64, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.reads++
+	gate := f.readGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.index, f.readErr
 }
 
