@@ -103,7 +103,10 @@ type Config struct {
 	// TLS, if set, is the server side of TLS on this replica's port, for
 	// peers and clients alike: its certificate, and for mutual TLS
 	// ClientAuth = tls.RequireAndVerifyClientCert with ClientCAs. PeerTLS
-	// must then be set too. nil: plaintext.
+	// must then be set too. nil: plaintext. With client certificates on, a
+	// peer stream's certificate must also verify against PeerTLS.RootCAs,
+	// so with a separate CA for the replicas (in ClientCAs next to the
+	// clients' CA), a client's certificate cannot pose as a member.
 	TLS *tls.Config
 
 	// PeerTLS, if set, is the client side of TLS for this replica's

@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
@@ -166,6 +168,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		},
 		Dialer:      cfg.Dialer,
 		DialOptions: peerDialOptions(cfg.PeerTLS),
+		Authorize:   peerAuthorizer(cfg.TLS, cfg.PeerTLS),
 		Logger:      cfg.Logger, // the transport adds "member" itself
 	})
 	if err != nil {
@@ -186,7 +189,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		OnSave:          n.metrics.onSave(),
 		OnSnapshot:      n.metrics.onSnapshot(),
 		OnFatal: func(err error) {
-			n.log.Error("replica stopped: storage failure", zap.Error(err))
+			n.log.Error("replica stopped", zap.Error(err))
 			go n.HardClose()
 		},
 	})
@@ -268,6 +271,41 @@ func peerDialOptions(tlsCfg *tls.Config) []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
 }
 
+// peerAuthorizer is the transport's check of an inbound peer stream. With
+// client certificates on (serverTLS.ClientAuth other than NoClientCert),
+// the stream's certificate must also verify against peerTLS.RootCAs, the
+// CA that peers' certificates come from (the system roots if nil): peers
+// and clients share the port and serverTLS.ClientCAs, so with a separate
+// peer CA a client's certificate cannot open a peer stream and pose as a
+// member (etcd's --peer-trusted-ca-file does the same). With one CA for
+// both, any holder of a client certificate is trusted as a peer. Without
+// client certificates, nil: the Hello is believed.
+func peerAuthorizer(serverTLS, peerTLS *tls.Config) func(context.Context, uint64) error {
+	if serverTLS == nil || peerTLS == nil || serverTLS.ClientAuth == tls.NoClientCert {
+		return nil
+	}
+	roots := peerTLS.RootCAs
+	return func(ctx context.Context, _ uint64) error {
+		p, ok := peer.FromContext(ctx)
+		if !ok {
+			return errors.New("no connection information")
+		}
+		info, ok := p.AuthInfo.(credentials.TLSInfo)
+		if !ok || len(info.State.PeerCertificates) == 0 {
+			return errors.New("no TLS client certificate")
+		}
+		chain := info.State.PeerCertificates
+		inter := x509.NewCertPool()
+		for _, c := range chain[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			return fmt.Errorf("client certificate %q is not from the peer CA (Config.PeerTLS.RootCAs): %w", chain[0].Subject.CommonName, err)
+		}
+		return nil
+	}
+}
+
 func checkIdentity(store storage.LogStore, want storage.Identity, dir string) error {
 	have, ok, err := store.Identity()
 	if err != nil {
@@ -332,11 +370,14 @@ func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
 }
 
 // Done is closed when the replica has stopped: Close was called, or a
-// storage failure stopped it (then Err says why). A process that embeds a
-// replica should exit or restart it when Done closes.
+// storage failure stopped it, or a peer's message that raft cannot accept
+// (one no correct peer sends, such as a commit index past this replica's
+// log; then Err says why, wrapping raftnode.ErrBadMessage). A process that
+// embeds a replica should exit or restart it when Done closes.
 func (n *Node) Done() <-chan struct{} { return n.closed }
 
-// Err returns the storage error that stopped the replica, or nil.
+// Err returns the storage error (or the bad peer message) that stopped the
+// replica, or nil.
 func (n *Node) Err() error { return n.raft.Err() }
 
 // Close stops the replica. A leader first hands leadership to the follower

@@ -26,7 +26,9 @@
 // Config.OnFatal and every later call returns ErrStopped. An fsync that
 // failed is never retried (the kernel may have dropped the dirty pages). A
 // log read that fails while the node runs stops it the same way (raft would
-// panic on it; see readGuard).
+// panic on it; see readGuard), and so does a peer's message that makes raft
+// panic (a forged or broken peer: see step): the replica stops, the process
+// that embeds it goes on.
 package raftnode
 
 import (
@@ -195,6 +197,10 @@ const (
 var (
 	// ErrStopped: the node has stopped (Stop was called or storage failed).
 	ErrStopped = errors.New("raftnode: stopped")
+	// ErrBadMessage: the node stopped because raft panicked on a peer's
+	// message (Err wraps it, naming the message). No correct peer sends
+	// such a message; the replica's saved state is untouched.
+	ErrBadMessage = errors.New("raftnode: a peer's message contradicts the log")
 	// ErrNotLeader: Propose was called on a node that is not the leader.
 	ErrNotLeader = errors.New("raftnode: not the leader")
 	// ErrNoTransferee: Resign found no other voter it heard from recently
@@ -235,6 +241,10 @@ type Node struct {
 	errMu   sync.Mutex
 	err     error
 	leaderC atomic.Pointer[chan struct{}] // closed and replaced on every leader change
+
+	// stepping is the peer message raft is stepping now (nil otherwise),
+	// so that run can tell a panic on it from a bug.
+	stepping *raftpb.Message
 
 	releaseEpoch atomic.Uint64 // ReleaseDeferred calls so far (DeferEpoch)
 	wakec        chan struct{} // buffer 1: wakes the loop after ReleaseDeferred
@@ -834,14 +844,26 @@ func (n *Node) run() {
 	}()
 	defer func() {
 		// raft panics on a log read error it does not expect (readGuard):
-		// the node stops with that error, as on a failed write. Any other
-		// panic is a bug and goes on.
+		// the node stops with that error, as on a failed write. raft also
+		// panics on a peer's message that contradicts this replica's log,
+		// such as a heartbeat whose commit index is past the last entry
+		// ("tocommit out of range"), which no correct leader sends: a
+		// forged message, or a peer that lost its state. That stops this
+		// replica (ErrBadMessage), not the process around it; nothing of
+		// the message was saved (saves happen in Ready). Any other panic
+		// is a bug and goes on.
 		if r := recover(); r != nil {
-			err := n.reads.failure()
-			if err == nil {
+			if err := n.reads.failure(); err != nil {
+				n.fail(fmt.Errorf("raftnode: reading the log: %w", err))
+				return
+			}
+			m := n.stepping
+			if m == nil {
 				panic(r)
 			}
-			n.fail(fmt.Errorf("raftnode: reading the log: %w", err))
+			n.log.Error("raft panicked on a peer's message", zap.Stack("stack"))
+			n.fail(fmt.Errorf("%w: %v from member %d (term %d, index %d, commit %d): %v",
+				ErrBadMessage, m.GetType(), m.GetFrom(), m.GetTerm(), m.GetIndex(), m.GetCommit(), r))
 		}
 	}()
 	for {
@@ -992,12 +1014,13 @@ func (n *Node) campaignIfSuspect() {
 	n.lostTerm = bs.GetTerm()
 }
 
-// fail records a storage error that stops the node.
+// fail records the error that stops the node: a storage error, or
+// ErrBadMessage.
 func (n *Node) fail(err error) {
 	n.errMu.Lock()
 	n.err = err
 	n.errMu.Unlock()
-	n.log.Error("raft node stopping on storage error", zap.Error(err))
+	n.log.Error("raft node stopping", zap.Error(err))
 	if n.cfg.OnFatal != nil {
 		n.cfg.OnFatal(err)
 	}
@@ -1140,8 +1163,12 @@ func (n *Node) flushProposals() {
 	n.props = n.props[:0]
 }
 
+// step hands a peer's message to raft. Local message types never come
+// from a peer, and neither do proposals: forwarding is off
+// (DisableProposalForwarding), so a MsgProp on the wire is a forged or
+// broken peer's, which a leader would append to the log.
 func (n *Node) step(m *raftpb.Message) {
-	if raft.IsLocalMsg(m.GetType()) {
+	if t := m.GetType(); raft.IsLocalMsg(t) || t == raftpb.MsgProp {
 		return
 	}
 	if n.suspect != 0 && m.GetFrom() == n.suspect && m.GetTerm() >= n.suspectAt {
@@ -1151,7 +1178,10 @@ func (n *Node) step(m *raftpb.Message) {
 		n.silent = 0
 	}
 	n.heard[m.GetFrom()] = n.ticks
-	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+	n.stepping = m
+	err := n.rn.Step(m)
+	n.stepping = nil
+	if err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		n.log.Debug("raft step", zap.Error(err))
 	}
 }

@@ -88,6 +88,16 @@ type Config struct {
 	// with TLS credentials). The default is nil: insecure credentials.
 	DialOptions []grpc.DialOption
 
+	// Authorize, if set, is called for every inbound stream (messages and
+	// snapshots) whose Hello passed, with the stream's context (its peer's
+	// address and credentials: google.golang.org/grpc/peer.FromContext)
+	// and the member ID the Hello claims. An error rejects the stream with
+	// codes.PermissionDenied, counted in Stats.InboundRejected. The
+	// replica uses it to require that a peer's TLS client certificate
+	// verifies against the peer CA (quorumlock.Config.PeerTLS). The default
+	// is nil: every member's Hello is believed.
+	Authorize func(ctx context.Context, from uint64) error
+
 	// MaxReconnectWait caps the wait between attempts to reconnect to a
 	// peer. Raft messages to a disconnected peer are dropped, so a link
 	// that healed should be back within about an election timeout, or

@@ -21,8 +21,10 @@
 //     Stats.InboundRejected. Messages on a stream whose handshake did not
 //     succeed, including any sent along with the Hello, are never delivered.
 //     The handshake identifies but does not authenticate: a process that
-//     knows the cluster ID can claim a member's ID until TLS credentials
-//     (Config.DialOptions and the server's options) are configured.
+//     knows the cluster ID can claim a member's ID unless Config.Authorize
+//     checks the stream's credentials (the replica requires, with mutual
+//     TLS, a client certificate that verifies against the peer CA). A
+//     stream Authorize refuses ends with codes.PermissionDenied.
 //  3. The receiver answers with its own Hello{cluster_id, from: own ID, to:
 //     sender ID}. The sender checks that the answer comes from the cluster and
 //     the member it meant to reach; a mismatch or a rejection counts in

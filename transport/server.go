@@ -59,7 +59,7 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 	frames, recvErr := recvLoop(t, stream.Recv, stop)
 	log := t.remoteLogger(stream.Context())
 
-	first, err := awaitHello(t, frames, recvErr, log, "peer stream")
+	first, err := awaitHello(stream.Context(), t, frames, recvErr, log, "peer stream")
 	if err != nil {
 		return err
 	}
@@ -112,8 +112,9 @@ func (t *Transport) serve(stream lockpb.Peer_StreamServer) error {
 // from its gRPC handler after closing stop: gRPC then ends a blocked recv.
 // awaitHello waits for the first frame of an inbound stream and checks its
 // Hello (step 2 in doc.go): a stream that sends none within
-// handshakeTimeout, or a stranger's, is rejected and counted.
-func awaitHello[M interface{ GetHello() *lockpb.Hello }](t *Transport, frames <-chan M, recvErr <-chan error, log *zap.Logger, kind string) (M, error) {
+// handshakeTimeout, or a stranger's, or one Config.Authorize refuses, is
+// rejected and counted.
+func awaitHello[M interface{ GetHello() *lockpb.Hello }](ctx context.Context, t *Transport, frames <-chan M, recvErr <-chan error, log *zap.Logger, kind string) (M, error) {
 	var first M
 	timer := time.NewTimer(handshakeTimeout)
 	defer timer.Stop()
@@ -129,7 +130,13 @@ func awaitHello[M interface{ GetHello() *lockpb.Hello }](t *Transport, frames <-
 		return first, errClosed
 	}
 	h := first.GetHello()
-	if err := t.checkHello(h); err != nil {
+	err := t.checkHello(h)
+	if err == nil && t.cfg.Authorize != nil {
+		if aerr := t.cfg.Authorize(ctx, h.GetFrom()); aerr != nil {
+			err = status.Errorf(codes.PermissionDenied, "quorumlock: not authorized as member %d: %v", h.GetFrom(), aerr)
+		}
+	}
+	if err != nil {
 		t.stats.inboundRejected.Add(1)
 		log.Warn("rejected "+kind, zap.Uint64("cluster", h.GetClusterId()),
 			zap.Uint64("from", h.GetFrom()), zap.Uint64("to", h.GetTo()), zap.Error(err))

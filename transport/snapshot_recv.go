@@ -30,7 +30,7 @@ func (t *Transport) serveSnapshot(stream lockpb.Peer_SnapshotServer) error {
 	chunks, recvErr := recvLoop(t, stream.Recv, stop)
 	log := t.remoteLogger(stream.Context())
 
-	first, err := awaitHello(t, chunks, recvErr, log, "snapshot stream")
+	first, err := awaitHello(stream.Context(), t, chunks, recvErr, log, "snapshot stream")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,140 @@
+package quorumlock
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// testCA issues certificates for 127.0.0.1, usable as server and client.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, key: key, pool: pool}
+}
+
+func (ca *testCA) leaf(t *testing.T, name string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestPeerStreamNeedsPeerCertificate: with mutual TLS, a separate peer CA
+// and a client CA that the replica's port both trusts, a process holding a
+// client certificate can use the client API but cannot open a peer stream
+// claiming a member's ID (it could otherwise send raft messages as that
+// member); a certificate from the peer CA can.
+func TestPeerStreamNeedsPeerCertificate(t *testing.T) {
+	peerCA, clientCA := newTestCA(t, "peer CA"), newTestCA(t, "client CA")
+	trusted := x509.NewCertPool()
+	trusted.AddCert(peerCA.cert)
+	trusted.AddCert(clientCA.cert)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1"}, DataDir: t.TempDir(), Listener: lis,
+		TickInterval: 10 * time.Millisecond, ClusterName: "auth-test",
+		TLS: &tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+			ClientCAs: trusted, MinVersion: tls.VersionTLS13},
+		PeerTLS: &tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+
+	connect := func(ca *testCA, name string) *grpc.ClientConn {
+		t.Helper()
+		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, name)}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13})
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	// openPeerStream sends member 2's Hello and returns the answer's error.
+	openPeerStream := func(conn *grpc.ClientConn) error {
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		st, err := lockpb.NewPeerClient(conn).Stream(sctx)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
+			return err
+		}
+		answer, err := st.Recv()
+		if err == nil && answer.GetHello().GetFrom() != 1 {
+			t.Fatalf("peer stream answered %v", answer)
+		}
+		return err
+	}
+
+	app := connect(clientCA, "app")
+	if _, err := lockpb.NewLockClient(app).Status(ctx, &lockpb.StatusRequest{}); err != nil {
+		t.Fatalf("a client certificate from the client CA cannot reach the client API: %v", err)
+	}
+	if err := openPeerStream(app); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a client certificate opened a peer stream as member 2: %v; want PermissionDenied", err)
+	}
+	if err := openPeerStream(connect(peerCA, "replica 2")); err != nil {
+		t.Fatalf("a peer certificate could not open a peer stream: %v", err)
+	}
+}
