@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -540,5 +543,46 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if leaders != 1 {
 		t.Errorf("%d replicas report quorumlock_raft_leader 1, want 1", leaders)
+	}
+}
+
+// With -tls-peer-ca, the replica trusts client certificates of both CAs,
+// but its peer side (which a peer stream's certificate must verify
+// against) only the peer CA: a client's certificate cannot pose as a
+// member. Without it, one CA serves both.
+func TestTLSPeerCA(t *testing.T) {
+	dir := t.TempDir()
+	peerCA, clientCA := proctest.NewPKI(t, dir, "peers"), proctest.NewPKI(t, dir, "clients")
+	cert, key := peerCA.Issue(t, "replica-1")
+	verifies := func(pool *x509.CertPool, conf *tls.Config) bool {
+		leaf, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		return err == nil
+	}
+	app, replica := clientCA.ClientTLS(t, "app"), peerCA.ClientTLS(t, "replica-2")
+
+	server, peer, err := loadTLS(cert, key, clientCA.CAFile, peerCA.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !verifies(server.ClientCAs, app) || !verifies(server.ClientCAs, replica) {
+		t.Fatal("the server does not trust the client CA and the peer CA")
+	}
+	if verifies(peer.RootCAs, app) || !verifies(peer.RootCAs, replica) {
+		t.Fatal("the peer side trusts the client CA, or not the peer CA")
+	}
+
+	server, peer, err = loadTLS(cert, key, peerCA.CAFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !verifies(server.ClientCAs, replica) || !verifies(peer.RootCAs, replica) {
+		t.Fatal("without -tls-peer-ca, -tls-ca is not trusted for both")
+	}
+	if _, _, err := loadTLS(cert, key, clientCA.CAFile, filepath.Join(dir, "missing.pem")); err == nil || !strings.Contains(err.Error(), "-tls-peer-ca") {
+		t.Fatalf("a missing -tls-peer-ca file: %v", err)
 	}
 }

@@ -18,7 +18,10 @@
 // over mutual TLS: they must present a certificate signed by the CA, and the
 // replica presents its certificate both as a server and, to its peers, as a
 // client (so it needs the serverAuth and clientAuth extended key usages and
-// the peer address as a SAN).
+// the peer address as a SAN). With -tls-peer-ca too, the replicas'
+// certificates come from that CA and the clients' from -tls-ca: a peer
+// stream then needs a certificate of the peer CA, so a client's certificate
+// cannot pose as a member (clients trust the peer CA for the servers).
 //
 // lockd logs to stderr. Once it serves, it prints one line to stdout,
 // "lockd ready id=N addr=ADDR". SIGTERM or SIGINT stops it cleanly (the log
@@ -172,8 +175,8 @@ func (s *settings) config() (quorumlock.Config, *zap.Logger, error) {
 		ElectionTicks: s.ElectionTicks,
 		Logger:        log,
 	}
-	if s.TLSCert != "" || s.TLSKey != "" || s.TLSCA != "" {
-		if cfg.TLS, cfg.PeerTLS, err = loadTLS(s.TLSCert, s.TLSKey, s.TLSCA); err != nil {
+	if s.TLSCert != "" || s.TLSKey != "" || s.TLSCA != "" || s.TLSPeerCA != "" {
+		if cfg.TLS, cfg.PeerTLS, err = loadTLS(s.TLSCert, s.TLSKey, s.TLSCA, s.TLSPeerCA); err != nil {
 			return quorumlock.Config{}, nil, err
 		}
 	}
@@ -193,8 +196,12 @@ func newLogger(level string) (*zap.Logger, error) {
 
 // loadTLS builds the server side (certificate, client certificates required
 // and verified against the CA) and the peer side (the same certificate as a
-// client, servers verified against the CA) of mutual TLS.
-func loadTLS(certFile, keyFile, caFile string) (server, peer *tls.Config, err error) {
+// client, servers verified against the CA) of mutual TLS. With peerCAFile,
+// peers' certificates (this replica's included) come from that CA: the
+// server trusts client certificates of both CAs, and the peer side, which
+// the replica also checks a peer stream's certificate against, only the
+// peer CA.
+func loadTLS(certFile, keyFile, caFile, peerCAFile string) (server, peer *tls.Config, err error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
 		return nil, nil, errors.New("-tls-cert, -tls-key and -tls-ca must be given together")
 	}
@@ -202,24 +209,43 @@ func loadTLS(certFile, keyFile, caFile string) (server, peer *tls.Config, err er
 	if err != nil {
 		return nil, nil, fmt.Errorf("TLS key pair: %w", err)
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-tls-ca: %w", err)
+	clients := x509.NewCertPool()
+	if err := appendPEM(clients, "-tls-ca", caFile); err != nil {
+		return nil, nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("-tls-ca: no PEM certificate in %s", caFile)
+	peers := clients
+	if peerCAFile != "" {
+		peers = x509.NewCertPool()
+		if err := appendPEM(peers, "-tls-peer-ca", peerCAFile); err != nil {
+			return nil, nil, err
+		}
+		if err := appendPEM(clients, "-tls-peer-ca", peerCAFile); err != nil {
+			return nil, nil, err
+		}
 	}
 	server = &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
+		ClientCAs:    clients,
 		MinVersion:   tls.VersionTLS13,
 	}
 	peer = &tls.Config{
 		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
+		RootCAs:      peers,
 		MinVersion:   tls.VersionTLS13,
 	}
 	return server, peer, nil
+}
+
+// appendPEM adds the certificates of the PEM file to pool; flag names the
+// setting in errors.
+func appendPEM(pool *x509.CertPool, flag, file string) error {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("%s: no PEM certificate in %s", flag, file)
+	}
+	return nil
 }

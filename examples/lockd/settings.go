@@ -28,6 +28,7 @@ type settings struct {
 	TLSCert       string   `json:"tls_cert"`
 	TLSKey        string   `json:"tls_key"`
 	TLSCA         string   `json:"tls_ca"`
+	TLSPeerCA     string   `json:"tls_peer_ca"`
 	LogLevel      string   `json:"log_level"`
 	Metrics       string   `json:"metrics"`
 }
@@ -55,6 +56,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate `file` of this replica, for mutual TLS with peers and clients")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of -tls-cert")
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM `file` of the CA that signs peer and client certificates")
+	fs.StringVar(&s.TLSPeerCA, "tls-peer-ca", s.TLSPeerCA, "PEM `file` of a separate CA for the replicas' certificates (then -tls-ca signs only clients'); optional")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn, error")
 	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "`address` to serve Prometheus metrics on, at /metrics (default: none)")
 }
