@@ -61,6 +61,7 @@ type Session struct {
 	timer      clock.Timer
 	ended      bool
 	endErr     error
+	closing    bool // Close was called: the cluster's "no such session" means closed
 	locks      map[string]*Lock
 	leading    map[string]*Leadership // role key -> the Leadership of its current grant (Session.Elect)
 	nextSend   time.Time
@@ -214,6 +215,12 @@ func (s *Session) end(cause error, closeRemote bool) {
 		s.mu.Unlock()
 		return
 	}
+	if cause == errExpiredOnCluster && s.closing {
+		// Gone on the cluster while Close was in flight: the entry that
+		// closed it answered the session's other calls first, or it was
+		// gone already, which Close reports as closed too.
+		cause = errSessionClosed
+	}
 	s.ended, s.endErr = true, cause
 	if s.timer != nil {
 		s.timer.Stop()
@@ -344,7 +351,7 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 	}
 	if resp.GetCode() == lockpb.Code_CODE_NO_SESSION {
 		s.end(errExpiredOnCluster, false)
-		return nil, false, errExpiredOnCluster
+		return nil, false, s.Err()
 	}
 	return resp, false, nil
 }
@@ -688,15 +695,19 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 		return err
 	}
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	q := s.nextSeq()
 	defer s.finish(q.seq)
 	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
 	s.end(errSessionClosed, false)
 	switch {
-	case errors.Is(err, errExpiredOnCluster):
-		// Gone on the cluster: closed by an earlier copy of this request
-		// that was answered to a leader we lost, or expired. Either way
-		// nothing is held.
+	case errors.Is(err, errSessionClosed):
+		// Gone on the cluster: closed by this request or a concurrent
+		// Close, whose answer reached another call of the session first,
+		// by an earlier copy of this request that was answered to a
+		// leader we lost, or expired. Either way nothing is held.
 		return nil
 	case err != nil && errors.Is(err, ErrSessionExpired):
 		return err

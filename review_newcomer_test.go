@@ -1,0 +1,67 @@
+package quorumlock_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+)
+
+// A session closed by its owner while Acquire calls of it wait in a queue
+// is closed, not expired: the waiting calls are answered "no such session"
+// by the entry that closed it, and that answer must not turn the
+// session's end into "the cluster expired it". Session.Close documents
+// that closing an ended session "returns nil if it was closed": a second
+// Close, and Closes racing the first, return nil.
+func TestReviewNewcomerCloseWithAcquiresWaiting(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	lead := nodes[specLeader(t, nodes)]
+	openers := append(specOpeners(t, nodes), struct {
+		name string
+		o    opener
+	}{"leader", lead})
+	for _, op := range openers {
+		t.Run(op.name, func(t *testing.T) {
+			for i := range 5 {
+				name := fmt.Sprintf("busy-%s-%d", op.name, i)
+				ctx := testCtx(t, 20*time.Second)
+				h := newSession(t, lead)
+				mustAcquire(t, h, name)
+				s, err := op.o.NewSession(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				acquired := make(chan error, 3)
+				for range 3 {
+					go func() {
+						_, err := s.Acquire(ctx, name)
+						acquired <- err
+					}()
+				}
+				waitQueued(t, lead, name, s.ID())
+				closes := make(chan error, 2)
+				for range 2 {
+					go func() { closes <- s.Close(ctx) }()
+				}
+				for range 2 {
+					if err := <-closes; err != nil {
+						t.Errorf("concurrent Close of session %d: %v, want nil", s.ID(), err)
+					}
+				}
+				for range 3 {
+					if err := <-acquired; !errors.Is(err, quorumlock.ErrSessionExpired) {
+						t.Errorf("waiting Acquire: %v, want ErrSessionExpired", err)
+					}
+				}
+				if err := s.Close(ctx); err != nil {
+					t.Fatalf("Close of the closed session %d: %v, want nil", s.ID(), err)
+				}
+				if err := h.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
