@@ -3,8 +3,11 @@ package quorumlock_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quorumlock/quorumlock"
 )
@@ -63,5 +66,45 @@ func TestReviewNewcomerCloseWithAcquiresWaiting(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Start that fails after registering the replica's metrics (here: its
+// address is taken) removes them again: a scrape must not show a replica
+// that never ran, and the caller may retry Start with the same registry
+// once the address is free.
+func TestReviewNewcomerFailedStartUnregistersMetrics(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	reg := prometheus.NewRegistry()
+	cfg := quorumlock.Config{
+		ID:            1,
+		Peers:         map[uint64]string{1: taken.Addr().String()},
+		DataDir:       t.TempDir(),
+		TickInterval:  20 * time.Millisecond,
+		ElectionTicks: 10,
+		Metrics:       reg,
+	}
+	if n, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg); err == nil {
+		n.Close()
+		t.Fatal("Start on a taken address succeeded")
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		t.Errorf("metric %s registered by a Start that failed", f.GetName())
+	}
+	taken.Close()
+	n, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatalf("Start again with the same registry, the address now free: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
