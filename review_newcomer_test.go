@@ -1,6 +1,7 @@
 package quorumlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -106,5 +107,57 @@ func TestReviewNewcomerFailedStartUnregistersMetrics(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A session whose Acquire calls wait for long, more of them than the 32
+// a request could list as in flight, goes on working: a worker pool of 40
+// goroutines each waiting for its own busy lock on one session, while
+// another goroutine takes and frees a lock in a loop. With a request
+// listing at most 32 others in flight, the rest went out with the lowest
+// seq in flight alone, which pinned every later outcome in the session's
+// table: after 1,024 of them (about 500 cycles) every request of the
+// session failed with ErrLimit, though no documented limit was near.
+func TestReviewNewcomerManyWaitsDoNotPinOutcomes(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	lead := nodes[specLeader(t, nodes)]
+	ctx := testCtx(t, 60*time.Second)
+	h := newSession(t, lead)
+	s := newSession(t, lead)
+	const waits = 40
+	for i := range waits {
+		mustAcquire(t, h, fmt.Sprintf("busy%d", i))
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	waited := make(chan error, waits)
+	for i := range waits {
+		go func() {
+			_, err := s.Acquire(wctx, fmt.Sprintf("busy%d", i))
+			waited <- err
+		}()
+	}
+	for i := range waits {
+		waitQueued(t, lead, fmt.Sprintf("busy%d", i), s.ID())
+	}
+	for i := range 600 { // 1,200 requests while 40 acquires wait
+		l, err := s.Acquire(ctx, "work")
+		if err != nil {
+			t.Fatalf("Acquire #%d while %d acquires wait: %v", i, waits, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release #%d while %d acquires wait: %v", i, waits, err)
+		}
+	}
+	stop()
+	for range waits {
+		if err := <-waited; !errors.Is(err, context.Canceled) {
+			t.Errorf("a waiting acquire after its cancellation: %v", err)
+		}
+	}
+	for i := range waits {
+		if info := holder(t, lead, fmt.Sprintf("busy%d", i)); len(info.Waiters) != 0 {
+			t.Errorf("a cancelled acquire is still queued: %+v", info)
+		}
 	}
 }
