@@ -200,10 +200,12 @@ func (l *Leadership) Context() context.Context { return l.ctx }
 // larger epoch. With Node.Elect or Client.Elect, the dedicated session is
 // closed too. Done closes at once, before the release is sent (so before
 // the next candidate can be elected), whatever the outcome. Errors as for
-// Lock.Release (ErrNotHeld if the leadership was already lost or
-// resigned), except with Node.Elect or Client.Elect, where Resign is
-// Session.Close of the dedicated session: a second Resign returns nil, and
-// one after the session ended returns its end cause.
+// Lock.Release (ErrNotHeld if the leadership was already resigned; once
+// its session has ended, which is how a leadership is lost, the
+// session's error: ErrSessionExpired or ErrClosed), except with
+// Node.Elect or Client.Elect, where Resign is Session.Close of the
+// dedicated session: a second Resign returns nil, and one after the
+// session ended returns its end cause.
 func (l *Leadership) Resign(ctx context.Context) error {
 	// Done closes before the release can elect the next candidate: the
 	// leader's work (under Context) must have been told to stop first.
