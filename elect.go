@@ -144,7 +144,11 @@ func electOwned(ctx context.Context, role string, value []byte, maxName int, set
 		s.Close(cctx)
 		return nil, err
 	}
-	return newLeadership(role, s, l, true), nil
+	ld := newLeadership(role, s, l, true)
+	s.mu.Lock()
+	s.owner = ld
+	s.mu.Unlock()
+	return ld, nil
 }
 
 // end finishes the leadership locally: Done closes and Context is cancelled.

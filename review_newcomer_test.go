@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
 
 // A session closed by its owner while Acquire calls of it wait in a queue
@@ -158,6 +159,65 @@ func TestReviewNewcomerManyWaitsDoNotPinOutcomes(t *testing.T) {
 	for i := range waits {
 		if info := holder(t, lead, fmt.Sprintf("busy%d", i)); len(info.Waiters) != 0 {
 			t.Errorf("a cancelled acquire is still queued: %+v", info)
+		}
+	}
+}
+
+// Closing the session of a leader ends its leadership as Resign does:
+// Done closes before the close is sent, so before the next candidate can
+// be elected. Done documents one exception to "closes before any other
+// candidate can be elected", an operator's revocation; a Session.Close by
+// the leader's own process let the next candidate lead while the old
+// leader's Context stayed live until the close's answer came back.
+func TestReviewNewcomerSessionCloseEndsLeadershipBeforeNextElected(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	const clientID = 100
+	cl := dial(t, addrsOf(c, lead), quorumlock.WithDialer(c.Net.Dialer(clientID)))
+	for _, owned := range []bool{false, true} {
+		role := fmt.Sprintf("sched-owned-%v", owned)
+		var la *quorumlock.Leadership
+		if owned {
+			var err error
+			if la, err = cl.Elect(testCtx(t, 10*time.Second), role, []byte("old")); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			old, err := cl.NewSession(testCtx(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			la = mustElect(t, old, role, "old")
+		}
+		next := newSession(t, c.Node(lead))
+		type elected struct {
+			ld       *quorumlock.Leadership
+			oldEnded bool
+		}
+		got := make(chan elected, 1)
+		go func() {
+			ld, err := next.Elect(testCtx(t, 20*time.Second), role, []byte("next"))
+			if err != nil {
+				t.Error(err)
+				got <- elected{}
+				return
+			}
+			got <- elected{ld, closed(la.Done())}
+		}()
+		waitCandidate(t, c.Node(lead), role, next.ID())
+		// The old leader's process hears the cluster's answers late.
+		c.Net.SetDelay(lead, clientID, 100*time.Millisecond)
+		if err := la.Session().Close(testCtx(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		c.Net.Heal()
+		e := <-got
+		if e.ld == nil {
+			t.FailNow()
+		}
+		if !e.oldEnded {
+			t.Errorf("owned %v: epoch %d elected while the leader whose session closed (epoch %d) still had a live Done/Context",
+				owned, e.ld.Epoch(), la.Epoch())
 		}
 	}
 }
