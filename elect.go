@@ -235,7 +235,9 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // revoked, its Node or Client closed), Proclaim returns the session's
 // error: ErrSessionExpired or ErrClosed. Other errors: ErrLimit for a value
 // over MaxValueBytes (4 KiB), ErrUnknownOutcome wrapping ctx's error if ctx
-// ended before the answer.
+// ended before the answer, or wrapping ErrLimit if the cluster refused it
+// because the session has too many requests pending (calling Proclaim
+// again settles it).
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	s := l.s
 	if err := checkValue(value); err != nil {
@@ -276,6 +278,10 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 		return fmt.Errorf("%w: not the leader of %q at epoch %d", ErrNotHeld, l.role, l.Epoch())
 	case lockpb.Code_CODE_INVALID:
 		return fmt.Errorf("%w: value of %d bytes", ErrLimit, len(value))
+	case lockpb.Code_CODE_LIMIT:
+		// Refused, as Release is: another copy of the request (re-sent
+		// after a leader change) may still be applied.
+		return fmt.Errorf("%w: %w: proclaiming %q: too many requests of this session pending", ErrUnknownOutcome, ErrLimit, l.role)
 	default:
 		return fmt.Errorf("quorumlock: proclaim %q: %s", l.role, resp.GetCode())
 	}

@@ -221,3 +221,33 @@ func TestReviewNewcomerSessionCloseEndsLeadershipBeforeNextElected(t *testing.T)
 		}
 	}
 }
+
+// A Proclaim the cluster refuses because the session has too many
+// requests pending (1,024 waiting acquires here) returns sentinels, as
+// Release does in the same case: ErrLimit wrapped with ErrUnknownOutcome
+// (another copy of the request may still take effect). It returned
+// "quorumlock: proclaim ...: CODE_LIMIT", which no errors.Is matches.
+func TestReviewNewcomerProclaimRefusedForPendingIsSentinel(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	lead := nodes[specLeader(t, nodes)]
+	ctx := testCtx(t, 60*time.Second)
+	h := newSession(t, lead)
+	s := newSession(t, lead)
+	ld := mustElect(t, s, "r", "v")
+	const waits = 1024 // the cluster remembers at most 1,024 outcomes per session
+	for i := range waits {
+		mustAcquire(t, h, fmt.Sprintf("busy%d", i))
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for i := range waits {
+		go s.Acquire(wctx, fmt.Sprintf("busy%d", i))
+	}
+	for i := range waits {
+		waitQueued(t, lead, fmt.Sprintf("busy%d", i), s.ID())
+	}
+	err := ld.Proclaim(ctx, []byte("w"))
+	if !errors.Is(err, quorumlock.ErrLimit) || !errors.Is(err, quorumlock.ErrUnknownOutcome) {
+		t.Fatalf("Proclaim with %d requests of the session pending: %v, want ErrLimit and ErrUnknownOutcome", waits, err)
+	}
+}
