@@ -731,11 +731,12 @@ func (s *Session) Close(ctx context.Context) error {
 	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
 	s.end(errSessionClosed, false)
 	switch {
-	case errors.Is(err, errSessionClosed):
+	case errors.Is(err, errSessionClosed), errors.Is(err, errExpiredOnCluster):
 		// Gone on the cluster: closed by this request or a concurrent
 		// Close, whose answer reached another call of the session first,
 		// by an earlier copy of this request that was answered to a
-		// leader we lost, or expired. Either way nothing is held.
+		// leader we lost, or expired (found just before Close began).
+		// Either way nothing is held.
 		return nil
 	case err != nil && errors.Is(err, ErrSessionExpired):
 		return err
