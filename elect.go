@@ -144,7 +144,11 @@ func electOwned(ctx context.Context, role string, value []byte, maxName int, set
 		s.Close(cctx)
 		return nil, err
 	}
-	return newLeadership(role, s, l, true), nil
+	ld := newLeadership(role, s, l, true)
+	s.mu.Lock()
+	s.owner = ld
+	s.mu.Unlock()
+	return ld, nil
 }
 
 // end finishes the leadership locally: Done closes and Context is cancelled.
@@ -200,10 +204,12 @@ func (l *Leadership) Context() context.Context { return l.ctx }
 // larger epoch. With Node.Elect or Client.Elect, the dedicated session is
 // closed too. Done closes at once, before the release is sent (so before
 // the next candidate can be elected), whatever the outcome. Errors as for
-// Lock.Release (ErrNotHeld if the leadership was already lost or
-// resigned), except with Node.Elect or Client.Elect, where Resign is
-// Session.Close of the dedicated session: a second Resign returns nil, and
-// one after the session ended returns its end cause.
+// Lock.Release (ErrNotHeld if the leadership was already resigned; once
+// its session has ended, which is how a leadership is lost, the
+// session's error: ErrSessionExpired or ErrClosed), except with
+// Node.Elect or Client.Elect, where Resign is Session.Close of the
+// dedicated session: a second Resign returns nil, and one after the
+// session ended returns its end cause.
 func (l *Leadership) Resign(ctx context.Context) error {
 	// Done closes before the release can elect the next candidate: the
 	// leader's work (under Context) must have been told to stop first.
@@ -229,7 +235,9 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // revoked, its Node or Client closed), Proclaim returns the session's
 // error: ErrSessionExpired or ErrClosed. Other errors: ErrLimit for a value
 // over MaxValueBytes (4 KiB), ErrUnknownOutcome wrapping ctx's error if ctx
-// ended before the answer.
+// ended before the answer, or wrapping ErrLimit if the cluster refused it
+// because the session has too many requests pending (calling Proclaim
+// again settles it).
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	s := l.s
 	if err := checkValue(value); err != nil {
@@ -270,6 +278,10 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 		return fmt.Errorf("%w: not the leader of %q at epoch %d", ErrNotHeld, l.role, l.Epoch())
 	case lockpb.Code_CODE_INVALID:
 		return fmt.Errorf("%w: value of %d bytes", ErrLimit, len(value))
+	case lockpb.Code_CODE_LIMIT:
+		// Refused, as Release is: another copy of the request (re-sent
+		// after a leader change) may still be applied.
+		return fmt.Errorf("%w: %w: proclaiming %q: too many requests of this session pending", ErrUnknownOutcome, ErrLimit, l.role)
 	default:
 		return fmt.Errorf("quorumlock: proclaim %q: %s", l.role, resp.GetCode())
 	}

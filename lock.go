@@ -68,7 +68,8 @@ func (l *Lock) markLostLocked() {
 // Release frees the lock if this grant is still current; the next waiter is
 // granted with a larger token. The release names the token (DESIGN.md
 // invariant 7): a late or repeated release never frees a newer grant.
-// Lost closes in every case but the ctx and ErrLimit ones.
+// Lost closes in every case but those that return ErrUnknownOutcome (ctx
+// ended, or ErrLimit), where the lock may still be held.
 //
 // Errors: ErrNotHeld (the grant is no longer current), ErrLimit wrapped
 // with ErrUnknownOutcome (refused: the session has too many requests

@@ -209,6 +209,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		var lc net.ListenConfig
 		if lis, err = lc.Listen(ctx, "tcp", cfg.Peers[cfg.ID]); err != nil {
 			tr.Close()
+			n.metrics.unregister()
 			return nil, fmt.Errorf("quorumlock: listen: %w", err)
 		}
 	}

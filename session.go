@@ -61,8 +61,10 @@ type Session struct {
 	timer      clock.Timer
 	ended      bool
 	endErr     error
+	closing    bool // Close was called: the cluster's "no such session" means closed
 	locks      map[string]*Lock
 	leading    map[string]*Leadership // role key -> the Leadership of its current grant (Session.Elect)
+	owner      *Leadership            // the Leadership the session was opened for (Node.Elect, Client.Elect)
 	nextSend   time.Time
 	hbInflight bool
 }
@@ -215,6 +217,12 @@ func (s *Session) end(cause error, closeRemote bool) {
 		s.mu.Unlock()
 		return
 	}
+	if cause == errExpiredOnCluster && s.closing {
+		// Gone on the cluster while Close was in flight: the entry that
+		// closed it answered the session's other calls first, or it was
+		// gone already, which Close reports as closed too.
+		cause = errSessionClosed
+	}
 	s.ended, s.endErr = true, cause
 	if s.timer != nil {
 		s.timer.Stop()
@@ -229,9 +237,15 @@ func (s *Session) end(cause error, closeRemote bool) {
 		calls = append(calls, cancel)
 	}
 	clear(s.calls)
+	leading := s.leadershipsLocked()
 	s.mu.Unlock()
 
 	close(s.done)
+	// At once, not through their locks' Lost: a close sent below may elect
+	// the next candidates.
+	for _, ld := range leading {
+		ld.cancel()
+	}
 	for _, cancel := range calls {
 		cancel()
 	}
@@ -249,6 +263,20 @@ func (s *Session) end(cause error, closeRemote bool) {
 			s.be.propose(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
 		})
 	}
+}
+
+// leadershipsLocked returns the session's leaderships: those of its
+// grants of roles (Session.Elect), and the one it was opened for. s.mu is
+// held.
+func (s *Session) leadershipsLocked() []*Leadership {
+	out := make([]*Leadership, 0, len(s.leading)+1)
+	for _, ld := range s.leading {
+		out = append(out, ld)
+	}
+	if s.owner != nil {
+		out = append(out, s.owner)
+	}
+	return out
 }
 
 // maxListed is how many other requests in flight a request lists at most
@@ -345,7 +373,7 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 	}
 	if resp.GetCode() == lockpb.Code_CODE_NO_SESSION {
 		s.end(errExpiredOnCluster, false)
-		return nil, false, errExpiredOnCluster
+		return nil, false, s.Err()
 	}
 	return resp, false, nil
 }
@@ -678,7 +706,8 @@ func (s *Session) Locks() []*Lock {
 
 // Close releases every lock of the session and ends it on the cluster; the
 // next waiters are granted. Done and every Lost channel close whatever the
-// outcome. Closing an ended session returns nil if it was closed, the end
+// outcome, and the session's leaderships end (their Done closes) before
+// the close is sent, as with Resign. Closing an ended session returns nil if it was closed, the end
 // cause otherwise. If ctx ends first the error wraps ErrUnknownOutcome: the
 // session stops heartbeating, so its locks are freed at the latest when its
 // TTL runs out on the leader.
@@ -689,15 +718,26 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 		return err
 	}
+	s.mu.Lock()
+	s.closing = true
+	leading := s.leadershipsLocked()
+	s.mu.Unlock()
+	// As Resign does: the leaderships end before the close can elect the
+	// next candidates, whose work must not overlap theirs.
+	for _, ld := range leading {
+		ld.cancel()
+	}
 	q := s.nextSeq()
 	defer s.finish(q.seq)
 	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
 	s.end(errSessionClosed, false)
 	switch {
-	case errors.Is(err, errExpiredOnCluster):
-		// Gone on the cluster: closed by an earlier copy of this request
-		// that was answered to a leader we lost, or expired. Either way
-		// nothing is held.
+	case errors.Is(err, errSessionClosed), errors.Is(err, errExpiredOnCluster):
+		// Gone on the cluster: closed by this request or a concurrent
+		// Close, whose answer reached another call of the session first,
+		// by an earlier copy of this request that was answered to a
+		// leader we lost, or expired (found just before Close began).
+		// Either way nothing is held.
 		return nil
 	case err != nil && errors.Is(err, ErrSessionExpired):
 		return err

@@ -42,6 +42,9 @@ func acquireCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		if *wait < 0 || *grace < 0 {
 			return fmt.Errorf("%w: -wait %v, -kill-grace %v: want durations of 0 or more", errUsage, *wait, *grace)
 		}
+		if *ttl < quorumlock.MinSessionTTL || *ttl > quorumlock.MaxSessionTTL {
+			return fmt.Errorf("%w: -ttl %v: want a session TTL in [%v, %v]", errUsage, *ttl, quorumlock.MinSessionTTL, quorumlock.MaxSessionTTL)
+		}
 		name, argv := e.args[0], e.args[1:]
 		if len(argv) > 0 && argv[0] == "--" {
 			argv = argv[1:]

@@ -196,8 +196,14 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 }
 
 // MaxListed bounds the requests in flight a request may list
-// (lockpb.Request.pending).
-const MaxListed = 32
+// (lockpb.Request.pending). It is the fsm's bound on a session's
+// remembered outcomes (MaxPendingPerSession, 1,024), which a session with
+// more applied requests in flight reaches anyway: below it, every request
+// can list the others, so a few long waits never pin the outcomes of the
+// requests after them. (At 32, a session with 33 waiting acquires sent
+// its other requests with done alone, and after 1,024 of them every
+// request failed with ErrLimit.)
+const MaxListed = 1_024
 
 // strictlyBelow reports whether p increases strictly and stays below seq.
 func strictlyBelow(p []uint64, seq uint64) bool {
