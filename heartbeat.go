@@ -82,16 +82,36 @@ func (h *heartbeater) loseAll(err error) {
 	}
 }
 
-// background runs f in a goroutine that wait waits for.
+// background runs f in a goroutine that wait waits for. Once the Node or
+// Client is closing (closed is closed) it runs nothing: f is then work
+// for a cluster the closing side no longer talks to (a batch of
+// heartbeats, a session's close), and an Add after wait found the count
+// at zero would start a goroutine that nobody waits for (and misuse the
+// WaitGroup).
 func (h *heartbeater) background(f func()) {
+	h.mu.Lock()
+	select {
+	case <-h.closed:
+		h.mu.Unlock()
+		return
+	default:
+	}
 	h.wg.Add(1)
+	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
 		f()
 	}()
 }
 
-func (h *heartbeater) wait() { h.wg.Wait() }
+// wait waits for the background goroutines; closed must be closed. Taking
+// h.mu first orders it after every background call that saw closed open
+// (its Add is done), and every later call sees closed and adds nothing.
+func (h *heartbeater) wait() {
+	h.mu.Lock()
+	h.mu.Unlock()
+	h.wg.Wait()
+}
 
 // start runs the heartbeat loop in a goroutine that wait waits for (the
 // Add before the goroutine starts, so that a wait right after start does
