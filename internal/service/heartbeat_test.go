@@ -59,3 +59,63 @@ func TestRevokeUnknownNeedsConfirmation(t *testing.T) {
 		t.Fatalf("revoke of an unknown session at a confirmed leader: %v, %v; want NO_SESSION", resp, err)
 	}
 }
+
+// Invariants 3-5: an Expire whose proposal returned ctx's error may still
+// be in the log (raft took it from the node's queue after the proposer
+// gave up waiting), so its sessions stay marked expiring: a heartbeat that
+// arrives before the entry commits is answered "gone", never "alive" (an
+// "alive" would extend the client's lease past an expiry that then
+// commits, and the session's locks go to others while the client still
+// believes it holds them).
+func TestHeartbeatAfterExpireProposalTimedOutIsNotAlive(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.clk.Advance(2 * time.Second)
+	h.raf.mu.Lock()
+	h.raf.late = true
+	h.raf.mu.Unlock()
+	h.svc.expireDue()
+	alive, _, code := h.heartbeat(id)
+	h.raf.commitPending()
+	if h.live(id) {
+		t.Fatal("the expiry in the log did not apply")
+	}
+	if alive {
+		t.Fatalf("heartbeat acknowledged alive (%v) while the session's expiry was in the log; the expiry then committed", code)
+	}
+}
+
+// An Expire that raft refuses (a leadership transfer under way, the leader
+// keeps leading) is not in the log: its sessions are unmarked and the next
+// scan proposes them again.
+func TestRefusedExpireIsProposedAgain(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.clk.Advance(2 * time.Second)
+	h.raf.mu.Lock()
+	h.raf.refuse = true
+	h.raf.mu.Unlock()
+	h.svc.expireDue()
+	// The refusal arrives on raft's goroutine; wait until it is handled.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.svc.mu.Lock()
+		marked := h.svc.expiring[id]
+		h.svc.mu.Unlock()
+		if !marked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refused expiry left its session marked expiring")
+		}
+	}
+	if !h.live(id) {
+		t.Fatal("a refused expiry ended the session")
+	}
+	h.raf.mu.Lock()
+	h.raf.refuse = false
+	h.raf.mu.Unlock()
+	h.svc.expireDue()
+	if h.live(id) {
+		t.Fatal("the session was not expired again after its expiry was refused")
+	}
+}
