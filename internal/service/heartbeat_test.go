@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
@@ -117,5 +118,40 @@ func TestRefusedExpireIsProposedAgain(t *testing.T) {
 	h.svc.expireDue()
 	if h.live(id) {
 		t.Fatal("the session was not expired again after its expiry was refused")
+	}
+}
+
+// Invariants 3-5: applying an Expire that is ignored (decided in an older
+// term than the one it was logged in) leaves the expiry marks alone: they
+// belong to this leadership's own Expire, still in the log behind it, and a
+// heartbeat arriving between the two applies must be answered "gone", not
+// acknowledged alive just before its session expires.
+func TestStaleExpireKeepsCurrentExpiryMarks(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.raf.hold = true
+	// An Expire decided in the previous term that reached the log in this
+	// one (its proposer lost and won leadership meanwhile).
+	stale := fsm.Encode(&fsm.Command{Op: fsm.OpExpire, IDs: []uint64{id}, Term: h.raf.term - 1})
+	if err := h.raf.Propose(t.Context(), stale); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(2 * time.Second)
+	h.svc.expireDue() // this term's Expire, behind the stale one
+	h.raf.mu.Lock()
+	first := h.raf.pending[:1]
+	h.raf.pending = h.raf.pending[1:]
+	h.raf.mu.Unlock()
+	h.svc.Apply(first)
+	if !h.live(id) {
+		t.Fatal("the stale Expire ended the session")
+	}
+	alive, _, code := h.heartbeat(id)
+	h.raf.commitPending()
+	if h.live(id) {
+		t.Fatal("this term's Expire did not apply")
+	}
+	if alive {
+		t.Fatalf("heartbeat acknowledged alive (%v) between a stale Expire and this term's Expire of the session", code)
 	}
 }

@@ -227,8 +227,14 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 			}
 			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpExpire:
-			for _, id := range cmd.IDs {
-				delete(s.expiring, id)
+			// An Expire ignored for its stale term was decided in a
+			// leadership that ended (LeaderLost dropped its marks): the
+			// marks now are this leadership's, for its own Expire still
+			// behind in the log.
+			if res.Code == fsm.CodeOK {
+				for _, id := range cmd.IDs {
+					delete(s.expiring, id)
+				}
 			}
 		default:
 			s.deliver(reqKey{cmd.Session, cmd.Seq}, res)
