@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
@@ -172,5 +173,100 @@ func TestKeepAliveBoundsBatchesInFlight(t *testing.T) {
 	<-done
 	if early > 0 {
 		t.Fatalf("%d batches read beyond %d in flight before any was answered", early, maxHeartbeatsInFlight)
+	}
+}
+
+// Invariants 3-5: an Expire whose proposal returned ctx's error may still
+// be in the log (raft took it from the node's queue after the proposer
+// gave up waiting), so its sessions stay marked expiring: a heartbeat that
+// arrives before the entry commits is answered "gone", never "alive" (an
+// "alive" would extend the client's lease past an expiry that then
+// commits, and the session's locks go to others while the client still
+// believes it holds them).
+func TestHeartbeatAfterExpireProposalTimedOutIsNotAlive(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.clk.Advance(2 * time.Second)
+	h.raf.mu.Lock()
+	h.raf.late = true
+	h.raf.mu.Unlock()
+	h.svc.expireDue()
+	alive, _, code := h.heartbeat(id)
+	h.raf.commitPending()
+	if h.live(id) {
+		t.Fatal("the expiry in the log did not apply")
+	}
+	if alive {
+		t.Fatalf("heartbeat acknowledged alive (%v) while the session's expiry was in the log; the expiry then committed", code)
+	}
+}
+
+// An Expire that raft refuses (a leadership transfer under way, the leader
+// keeps leading) is not in the log: its sessions are unmarked and the next
+// scan proposes them again.
+func TestRefusedExpireIsProposedAgain(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.clk.Advance(2 * time.Second)
+	h.raf.mu.Lock()
+	h.raf.refuse = true
+	h.raf.mu.Unlock()
+	h.svc.expireDue()
+	// The refusal arrives on raft's goroutine; wait until it is handled.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.svc.mu.Lock()
+		marked := h.svc.expiring[id]
+		h.svc.mu.Unlock()
+		if !marked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refused expiry left its session marked expiring")
+		}
+	}
+	if !h.live(id) {
+		t.Fatal("a refused expiry ended the session")
+	}
+	h.raf.mu.Lock()
+	h.raf.refuse = false
+	h.raf.mu.Unlock()
+	h.svc.expireDue()
+	if h.live(id) {
+		t.Fatal("the session was not expired again after its expiry was refused")
+	}
+}
+
+// Invariants 3-5: applying an Expire that is ignored (decided in an older
+// term than the one it was logged in) leaves the expiry marks alone: they
+// belong to this leadership's own Expire, still in the log behind it, and a
+// heartbeat arriving between the two applies must be answered "gone", not
+// acknowledged alive just before its session expires.
+func TestStaleExpireKeepsCurrentExpiryMarks(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	h.raf.hold = true
+	// An Expire decided in the previous term that reached the log in this
+	// one (its proposer lost and won leadership meanwhile).
+	stale := fsm.Encode(&fsm.Command{Op: fsm.OpExpire, IDs: []uint64{id}, Term: h.raf.term - 1})
+	if err := h.raf.Propose(t.Context(), stale); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(2 * time.Second)
+	h.svc.expireDue() // this term's Expire, behind the stale one
+	h.raf.mu.Lock()
+	first := h.raf.pending[:1]
+	h.raf.pending = h.raf.pending[1:]
+	h.raf.mu.Unlock()
+	h.svc.Apply(first)
+	if !h.live(id) {
+		t.Fatal("the stale Expire ended the session")
+	}
+	alive, _, code := h.heartbeat(id)
+	h.raf.commitPending()
+	if h.live(id) {
+		t.Fatal("this term's Expire did not apply")
+	}
+	if alive {
+		t.Fatalf("heartbeat acknowledged alive (%v) between a stale Expire and this term's Expire of the session", code)
 	}
 }

@@ -227,8 +227,14 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 			}
 			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpExpire:
-			for _, id := range cmd.IDs {
-				delete(s.expiring, id)
+			// An Expire ignored for its stale term was decided in a
+			// leadership that ended (LeaderLost dropped its marks): the
+			// marks now are this leadership's, for its own Expire still
+			// behind in the log.
+			if res.Code == fsm.CodeOK {
+				for _, id := range cmd.IDs {
+					delete(s.expiring, id)
+				}
 			}
 		default:
 			s.deliver(reqKey{cmd.Session, cmd.Seq}, res)
@@ -394,26 +400,40 @@ func (s *Service) expireDue() {
 	}
 	slices.Sort(ids)
 	data := fsm.Encode(&fsm.Command{Op: fsm.OpExpire, IDs: ids, Term: term})
+	// Only a definite "not in the log" may unmark the sessions: an entry
+	// queued to raft is in the log or refused (Refused), whatever ctx does
+	// meanwhile. (Propose's ctx error would not tell: raft may take the
+	// entry after the wait ends, and a heartbeat acknowledged "alive" in
+	// between would extend a lease past the expiry that then commits.)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.ScanInterval)
 	defer cancel()
-	if err := s.raft.Propose(ctx, data); err != nil {
-		// Not in the log: allow the next scan to try again. (If leadership
-		// was lost, LeaderLost already cleared the marks.)
-		s.mu.Lock()
-		if s.ready && s.term == term {
-			for _, id := range ids {
-				delete(s.expiring, id)
-				if si, ok := s.m.Session(id); ok {
-					s.timers.push(id, time.Duration(si.TTL), s.last[id])
-				}
-			}
-		}
-		s.mu.Unlock()
+	if err := s.raft.ProposeAsync(ctx, raftnode.AsyncProposal{
+		Data:    data,
+		Refused: func(error) { s.unmarkExpiring(term, ids) },
+	}); err != nil {
+		s.unmarkExpiring(term, ids)
 		return
 	}
 	s.log.Debug("proposed expiry", zap.Int("sessions", len(ids)), zap.Uint64("term", term))
 	if s.cfg.Hooks.Expired != nil {
 		s.cfg.Hooks.Expired(len(ids))
+	}
+}
+
+// unmarkExpiring lets the next scan propose the expiry of ids again: their
+// Expire entry of term is not in the log. (If leadership was lost,
+// LeaderLost already cleared the marks.)
+func (s *Service) unmarkExpiring(term uint64, ids []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready || s.term != term {
+		return
+	}
+	for _, id := range ids {
+		delete(s.expiring, id)
+		if si, ok := s.m.Session(id); ok {
+			s.timers.push(id, time.Duration(si.TTL), s.last[id])
+		}
 	}
 }
 

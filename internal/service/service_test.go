@@ -43,6 +43,11 @@ type fakeRaft struct {
 	refuse bool          // ProposeAsync: raft refuses every entry (not the leader)
 	drop   bool          // ProposeAsync: the entry stays queued in a stopping node
 	done   chan struct{} // Done (nil: never stops)
+	// late: raft takes each entry into the log only after the proposer's
+	// ctx ended (a loop busy with a slow fsync): Propose returns ctx's
+	// error, ProposeAsync nil (the entry was queued); the entry stays in
+	// pending, as with hold.
+	late bool
 }
 
 // setLeader changes the leader Status reports and signals LeaderChanged,
@@ -69,13 +74,16 @@ func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
 	f.index++
 	f.last = data
 	e := &raftpb.Entry{Index: new(f.index), Term: new(f.term), Type: raftpb.EntryNormal.Enum(), Data: data}
-	hold := f.hold
+	hold, late := f.hold || f.late, f.late
 	if hold {
 		f.pending = append(f.pending, e)
 	}
 	f.mu.Unlock()
 	if !hold {
 		f.svc.Apply([]*raftpb.Entry{e})
+	}
+	if late {
+		return context.DeadlineExceeded
 	}
 	return nil
 }
@@ -85,9 +93,12 @@ func (f *fakeRaft) Propose(ctx context.Context, data []byte) error {
 // proposeHeld, as raftnode may hold it.
 func (f *fakeRaft) ProposeAsync(ctx context.Context, p raftnode.AsyncProposal) error {
 	f.mu.Lock()
-	refuse, drop := f.refuse, f.drop
+	refuse, drop, late := f.refuse, f.drop, f.late
 	f.mu.Unlock()
 	switch {
+	case late:
+		_ = f.Propose(ctx, p.Data) // queued: in the log later
+		return nil
 	case refuse:
 		// As raftnode does: later, on the node's goroutine.
 		go p.Refused(raftnode.ErrNotLeader)

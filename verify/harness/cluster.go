@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -79,6 +80,13 @@ func NewCluster(opts ClusterOptions) (_ *Cluster, err error) {
 			Seed:          opts.Seed,
 			Configure: func(cfg *quorumlock.Config) {
 				cfg.Logger = logger.Named(fmt.Sprintf("r%d", cfg.ID))
+				if b := os.Getenv("VERIFY_BACKEND"); b != "" {
+					cfg.LogBackend = quorumlock.LogBackend(b)
+				}
+				if v := os.Getenv("VERIFY_SNAPSHOT_ENTRIES"); v != "" {
+					n, _ := strconv.ParseUint(v, 10, 64)
+					cfg.SnapshotEntries = n
+				}
 			},
 		})
 	}); err != nil {
