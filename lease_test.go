@@ -211,3 +211,24 @@ func closed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Invariant 5: an acknowledgement that arrives after the lease ran out,
+// before the lease timer has fired, does not renew it: Deadline stays in
+// the past and the timer still ends the session.
+func TestLateAckBeforeLeaseTimerDoesNotRenew(t *testing.T) {
+	_, clk, s := newLeaseHarness(t, false)
+	deadline := s.Deadline()
+	sent := deadline.Add(-time.Second) // a heartbeat sent before the deadline
+	s.mu.Lock()
+	s.timer.Stop() // hold the lease timer back, as a busy runtime may
+	s.mu.Unlock()
+	clk.Advance(deadline.Sub(clk.Now()))
+	s.renewed(sent)
+	if got := s.Deadline(); !got.Equal(deadline) {
+		t.Fatalf("a late acknowledgement moved the deadline from %v to %v", deadline, got)
+	}
+	s.checkLease()
+	if !closed(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
+		t.Fatalf("the lease check left the session alive: %v", s.Err())
+	}
+}

@@ -191,7 +191,11 @@ func (s *Session) renewed(sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hbInflight = false
-	if s.ended {
+	if s.ended || !s.clk.Now().Before(s.deadline) {
+		// Over, or the lease ran out before the acknowledgement came and
+		// the lease timer has not ended the session yet: an expired
+		// session is never renewed (invariant 5), so Deadline never
+		// moves from the past back to the future.
 		return
 	}
 	if d := sent.Add(s.ttl - leaseMargin(s.ttl)); d.After(s.deadline) {
