@@ -106,7 +106,9 @@ type Config struct {
 	// must then be set too. nil: plaintext. With client certificates on, a
 	// peer stream's certificate must also verify against PeerTLS.RootCAs,
 	// so with a separate CA for the replicas (in ClientCAs next to the
-	// clients' CA), a client's certificate cannot pose as a member.
+	// clients' CA), a client's certificate cannot pose as a member. (Not
+	// with PeerTLS.InsecureSkipVerify: RootCAs is then not the peers' CA,
+	// and the handshake's check of the certificate is all.)
 	TLS *tls.Config
 
 	// PeerTLS, if set, is the client side of TLS for this replica's

@@ -280,9 +280,14 @@ func peerDialOptions(tlsCfg *tls.Config) []grpc.DialOption {
 // peer CA a client's certificate cannot open a peer stream and pose as a
 // member (etcd's --peer-trusted-ca-file does the same). With one CA for
 // both, any holder of a client certificate is trusted as a peer. Without
-// client certificates, nil: the Hello is believed.
+// client certificates, nil: the Hello is believed. With
+// peerTLS.InsecureSkipVerify, nil too: this replica does not verify its
+// peers through RootCAs (it checks them its own way, VerifyPeerCertificate
+// say, or not at all), so RootCAs does not name the peer CA, and the
+// handshake's check of the certificate (ClientCAs, or the server's own
+// verification) is all, as before streams were authorized.
 func peerAuthorizer(serverTLS, peerTLS *tls.Config) func(context.Context, uint64) error {
-	if serverTLS == nil || peerTLS == nil || serverTLS.ClientAuth == tls.NoClientCert {
+	if serverTLS == nil || peerTLS == nil || serverTLS.ClientAuth == tls.NoClientCert || peerTLS.InsecureSkipVerify {
 		return nil
 	}
 	roots := peerTLS.RootCAs
