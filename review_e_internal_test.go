@@ -74,3 +74,55 @@ func TestPeerStreamWithPeerTLSSkippingRootCAs(t *testing.T) {
 		t.Fatalf("peer stream answered %v", answer)
 	}
 }
+
+// TestPeerStreamWithSeparateServerAndClientCAs: a PKI with one CA for
+// server certificates (which PeerTLS.RootCAs trusts) and another for
+// client certificates (ClientCAs), which every replica's client
+// certificate comes from as the applications' do, worked before peer
+// streams were authorized. Checking a peer stream's client certificate
+// against PeerTLS.RootCAs, the servers' CA, refused every peer.
+func TestPeerStreamWithSeparateServerAndClientCAs(t *testing.T) {
+	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1"}, DataDir: t.TempDir(), Listener: lis,
+		TickInterval: 10 * time.Millisecond, ClusterName: "auth-test-e2",
+		TLS: &tls.Config{Certificates: []tls.Certificate{serverCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+			ClientCAs: clientCA.pool, MinVersion: tls.VersionTLS13},
+		PeerTLS: &tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 1 client")}, RootCAs: serverCA.pool,
+			MinVersion: tls.VersionTLS13},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+
+	// Replica 2 dials as its PeerTLS would.
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 2 client")}, RootCAs: serverCA.pool,
+		MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := st.Recv()
+	if err != nil {
+		t.Fatalf("replica 2, with a client certificate the port verifies, could not open a peer stream: %v", err)
+	}
+	if answer.GetHello().GetFrom() != 1 {
+		t.Fatalf("peer stream answered %v", answer)
+	}
+}
