@@ -4,14 +4,19 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/raftnode"
 )
 
 // TestPeerStreamWithPeerTLSSkippingRootCAs: a mutual-TLS setup whose peer
@@ -125,4 +130,60 @@ func TestPeerStreamWithSeparateServerAndClientCAs(t *testing.T) {
 	if answer.GetHello().GetFrom() != 1 {
 		t.Fatalf("peer stream answered %v", answer)
 	}
+}
+
+// TestForgedPeerMessageStopsReplicaNotProcess: end to end, a peer stream
+// (no TLS: the Hello is believed) carrying a heartbeat whose commit index
+// is past the log stops the replica (Done closes, Err wraps
+// raftnode.ErrBadMessage) instead of panicking
+// the process.
+func TestForgedPeerMessageStopsReplicaNotProcess(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1", 3: "127.0.0.1:2"}, DataDir: t.TempDir(), Listener: lis,
+		TickInterval: 10 * time.Millisecond, ClusterName: "forged-e",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)),
+		Term: new(uint64(5)), Commit: new(uint64(1000))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("peer stream refused: %v", err)
+	}
+	if err := st.Send(&lockpb.PeerFrame{Messages: [][]byte{m}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.Done():
+	case <-ctx.Done():
+		t.Fatal("the replica did not stop on the forged heartbeat")
+	}
+	if err := n.Err(); !errors.Is(err, raftnode.ErrBadMessage) {
+		t.Fatalf("Err() = %v; want raftnode.ErrBadMessage", err)
+	}
+	// (Close returns nil here: the replica's own HardClose, from OnFatal,
+	// was the first call.)
 }
