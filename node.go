@@ -431,8 +431,11 @@ func (n *Node) Err() error { return n.raft.Err() }
 // Then it stops serving, stops raft and closes the log. Sessions opened
 // through this Node are reported lost at once (their Done and their locks'
 // Lost channels close); their locks are freed by the cluster when their
-// TTL runs out. Idempotent; returns nil after the first call. It returns
-// the storage error that stopped the replica, if one did.
+// TTL runs out. Idempotent; returns nil after the first call. The first
+// call returns an error closing the log, and the error that stopped the
+// replica if one did while it ran; when a failure stops the replica
+// (Done closes), the replica makes that first call itself, so a later
+// Close returns nil: Err reports the failure.
 func (n *Node) Close() error { return n.close(true) }
 
 // HardClose stops the replica like Close but without handing leadership

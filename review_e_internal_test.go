@@ -184,6 +184,6 @@ func TestForgedPeerMessageStopsReplicaNotProcess(t *testing.T) {
 	if err := n.Err(); !errors.Is(err, raftnode.ErrBadMessage) {
 		t.Fatalf("Err() = %v; want raftnode.ErrBadMessage", err)
 	}
-	// (Close returns nil here: the replica's own HardClose, from OnFatal,
-	// was the first call.)
+	// (Close returns nil now: the replica's own HardClose, from OnFatal,
+	// was the first call. Err is what reports the failure.)
 }
