@@ -106,7 +106,10 @@ type Config struct {
 	// must then be set too. nil: plaintext. With client certificates on, a
 	// peer stream's certificate must also verify against PeerTLS.RootCAs,
 	// so with a separate CA for the replicas (in ClientCAs next to the
-	// clients' CA), a client's certificate cannot pose as a member.
+	// clients' CA), a client's certificate cannot pose as a member. That
+	// check is made only if PeerTLS.Certificates[0], this replica's own
+	// client certificate, verifies against PeerTLS.RootCAs (the pool is
+	// then the peers' CA); otherwise the handshake's check is all.
 	TLS *tls.Config
 
 	// PeerTLS, if set, is the client side of TLS for this replica's

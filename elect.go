@@ -68,6 +68,8 @@ type Leadership struct {
 // leader. A session that already leads the role gets its current
 // leadership (the same *Leadership, with its value unchanged), unless
 // that one's Done has closed (an unconfirmed Resign): then a new one.
+// Once Close has begun, a leadership granted meanwhile is returned with
+// its Done closed: Close may have elected the next candidate.
 //
 // Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
 // ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
@@ -95,6 +97,12 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 		s.leading = make(map[string]*Leadership)
 	}
 	s.leading[l.name] = ld
+	if s.closing {
+		// Granted before a Close that has ended the session's
+		// leaderships already and whose close may have elected the next
+		// candidate: this one is over too.
+		ld.cancel()
+	}
 	return ld, nil
 }
 

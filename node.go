@@ -281,11 +281,24 @@ func peerDialOptions(tlsCfg *tls.Config) []grpc.DialOption {
 // member (etcd's --peer-trusted-ca-file does the same). With one CA for
 // both, any holder of a client certificate is trusted as a peer. Without
 // client certificates, nil: the Hello is believed.
+//
+// RootCAs is the peers' CA only if this replica's own client certificate
+// (peerTLS.Certificates[0]) verifies against it: otherwise the pool says
+// nothing about the certificates peers present as clients (a PKI with one
+// CA for servers and another for clients, replicas included; a peer side
+// that checks servers its own way, InsecureSkipVerify with
+// VerifyPeerCertificate, RootCAs nil), checking against it would refuse
+// every peer, and the check is off (nil): the handshake's verification of
+// the certificate is all, as before streams were authorized. So is it
+// when the peer side has no fixed certificate (GetClientCertificate).
 func peerAuthorizer(serverTLS, peerTLS *tls.Config) func(context.Context, uint64) error {
-	if serverTLS == nil || peerTLS == nil || serverTLS.ClientAuth == tls.NoClientCert {
+	if serverTLS == nil || peerTLS == nil || serverTLS.ClientAuth == tls.NoClientCert || len(peerTLS.Certificates) == 0 {
 		return nil
 	}
 	roots := peerTLS.RootCAs
+	if own, err := parseChain(peerTLS.Certificates[0]); err != nil || verifyChain(own, roots) != nil {
+		return nil
+	}
 	return func(ctx context.Context, _ uint64) error {
 		p, ok := peer.FromContext(ctx)
 		if !ok {
@@ -296,15 +309,42 @@ func peerAuthorizer(serverTLS, peerTLS *tls.Config) func(context.Context, uint64
 			return errors.New("no TLS client certificate")
 		}
 		chain := info.State.PeerCertificates
-		inter := x509.NewCertPool()
-		for _, c := range chain[1:] {
-			inter.AddCert(c)
-		}
-		if _, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		if err := verifyChain(chain, roots); err != nil {
 			return fmt.Errorf("client certificate %q is not from the peer CA (Config.PeerTLS.RootCAs): %w", chain[0].Subject.CommonName, err)
 		}
 		return nil
 	}
+}
+
+// verifyChain verifies chain[0] against roots, with the rest of chain as
+// intermediates, for any key usage.
+func verifyChain(chain []*x509.Certificate, roots *x509.CertPool) error {
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
+}
+
+// parseChain returns the certificates of c, leaf first.
+func parseChain(c tls.Certificate) ([]*x509.Certificate, error) {
+	if len(c.Certificate) == 0 {
+		return nil, errors.New("no certificate")
+	}
+	chain := make([]*x509.Certificate, len(c.Certificate))
+	for i, der := range c.Certificate {
+		if i == 0 && c.Leaf != nil {
+			chain[0] = c.Leaf
+			continue
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, err
+		}
+		chain[i] = cert
+	}
+	return chain, nil
 }
 
 func checkIdentity(store storage.LogStore, want storage.Identity, dir string) error {
@@ -391,8 +431,11 @@ func (n *Node) Err() error { return n.raft.Err() }
 // Then it stops serving, stops raft and closes the log. Sessions opened
 // through this Node are reported lost at once (their Done and their locks'
 // Lost channels close); their locks are freed by the cluster when their
-// TTL runs out. Idempotent; returns nil after the first call. It returns
-// the storage error that stopped the replica, if one did.
+// TTL runs out. Idempotent; returns nil after the first call. The first
+// call returns an error closing the log, and the error that stopped the
+// replica if one did while it ran; when a failure stops the replica
+// (Done closes), the replica makes that first call itself, so a later
+// Close returns nil: Err reports the failure.
 func (n *Node) Close() error { return n.close(true) }
 
 // HardClose stops the replica like Close but without handing leadership

@@ -27,7 +27,9 @@
 // "lockd ready id=N addr=ADDR". SIGTERM or SIGINT stops it cleanly (the log
 // is closed; clients move on to the other replicas) with exit status 0; a
 // second signal kills it at once. Exit status 2 is a usage or
-// configuration error, 1 a failure to start.
+// configuration error, 1 a failure to start, or the replica stopping on
+// its own (a storage failure, a peer's message raft cannot accept: see
+// quorumlock.Node.Done).
 //
 // With -metrics ADDR it serves the replica's Prometheus metrics (and the Go
 // runtime's and the process's) at http://ADDR/metrics.
@@ -127,7 +129,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "lockd ready id=%d addr=%s\n", node.ID(), node.Addr())
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-node.Done():
+		// The replica stopped on its own (a storage failure, a peer's
+		// message raft cannot accept): exit, so that a supervisor
+		// restarts lockd, rather than run on serving nothing.
+		stop()
+		log.Error("replica stopped", zap.Error(node.Err()))
+		fmt.Fprintln(stderr, "lockd: replica stopped:", node.Err())
+		node.Close()
+		return 1
+	}
 	// Restore the default action: a second signal kills the process.
 	stop()
 	log.Info("signal received, shutting down")
