@@ -197,10 +197,13 @@ const (
 var (
 	// ErrStopped: the node has stopped (Stop was called or storage failed).
 	ErrStopped = errors.New("raftnode: stopped")
-	// ErrBadMessage: the node stopped because raft panicked on a peer's
-	// message (Err wraps it, naming the message). No correct peer sends
-	// such a message; the replica's saved state is untouched.
-	ErrBadMessage = errors.New("raftnode: a peer's message contradicts the log")
+	// ErrBadMessage: the node stopped because raft panicked while
+	// stepping a peer's message (Err wraps it, naming the message and the
+	// panic; the stack is logged). No correct peer sends a message raft
+	// panics on, such as a commit index past this replica's log; a bug
+	// reached while stepping would be reported the same way. The
+	// replica's saved state is untouched.
+	ErrBadMessage = errors.New("raftnode: raft panicked on a peer's message")
 	// ErrNotLeader: Propose was called on a node that is not the leader.
 	ErrNotLeader = errors.New("raftnode: not the leader")
 	// ErrNoTransferee: Resign found no other voter it heard from recently
