@@ -189,13 +189,18 @@ func (s *Session) checkLease() {
 // renewed records an acknowledged heartbeat sent at sent.
 func (s *Session) renewed(sent time.Time) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.hbInflight = false
-	if s.ended || !s.clk.Now().Before(s.deadline) {
-		// Over, or the lease ran out before the acknowledgement came and
-		// the lease timer has not ended the session yet: an expired
-		// session is never renewed (invariant 5), so Deadline never
-		// moves from the past back to the future.
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	if !s.clk.Now().Before(s.deadline) {
+		// The lease ran out before the acknowledgement came and the
+		// lease timer has not ended the session yet: an expired session
+		// is never renewed (invariant 5), so Deadline never moves from
+		// the past back to the future. It ends now, as the timer would.
+		s.mu.Unlock()
+		s.end(errLeaseRanOut, true)
 		return
 	}
 	if d := sent.Add(s.ttl - leaseMargin(s.ttl)); d.After(s.deadline) {
@@ -203,6 +208,7 @@ func (s *Session) renewed(sent time.Time) {
 		s.deadline = d
 	}
 	s.nextSend = sent.Add(s.ttl / 3)
+	s.mu.Unlock()
 }
 
 func (s *Session) heartbeatFailed(now time.Time) {
