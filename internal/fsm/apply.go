@@ -208,6 +208,12 @@ func (m *Machine) acquire(index, id uint64, s *session, cmd *Command) Result {
 	if l.holder == id {
 		return Result{Code: CodeOK, Token: l.token}
 	}
+	if bugDoubleGrant && index%2 == 0 && !s.names.has(name) {
+		// The deliberate bug of a build with the tag fsmbug (bug_on.go).
+		m.locks.set(name, lock{holder: id, token: index})
+		s.names.add(name)
+		return Result{Code: CodeOK, Token: index}
+	}
 	// The session is not the holder, so a lock in its names is one it waits
 	// for.
 	if s.names.has(name) {
@@ -285,12 +291,17 @@ func (m *Machine) handOff(index uint64, name string) (Event, bool) {
 	}
 	next := q[0]
 	m.setQueue(name, q[1:])
-	m.locks.set(name, lock{holder: next, token: index})
+	token := index
+	if bugTokenReuse {
+		// The deliberate bug of a build with the tag fsmbug (bug_on.go).
+		token = m.locks.get(name).token
+	}
+	m.locks.set(name, lock{holder: next, token: token})
 	if v, ok := m.waitValues[waitKey{name, next}]; ok {
 		m.values[name] = v
 		delete(m.waitValues, waitKey{name, next})
 	}
-	return Event{Kind: EventGranted, Session: next, Name: name, Token: index}, true
+	return Event{Kind: EventGranted, Session: next, Name: name, Token: token}, true
 }
 
 // setQueue stores q as the queue of name, or drops the queue when q is

@@ -83,43 +83,9 @@ var Locks = []string{"lock-a", "lock-b", "lock-c"}
 func Run(opts Options) *Result {
 	start := time.Now()
 	orig := opts // what the caller set: the replay command repeats it
-	rnd := rand.New(rand.NewPCG(opts.Seed, 0x71a1))
-	if opts.Size == 0 {
-		opts.Size = []int{3, 3, 5}[rnd.IntN(3)]
-	}
-	if opts.TTL == 0 {
-		opts.TTL = []time.Duration{time.Second, 1500 * time.Millisecond}[rnd.IntN(2)]
-	}
-	if opts.Tick == 0 {
-		opts.Tick = 10 * time.Millisecond
-	}
-	if opts.ElectionTicks == 0 {
-		opts.ElectionTicks = 10
-	}
-	et := time.Duration(opts.ElectionTicks) * opts.Tick
-	if opts.Margin == 0 {
-		opts.Margin = 5 * et
-	}
-	if len(opts.Faults) == 0 {
-		opts.Faults = FaultKinds
-	}
-	if opts.Steps == 0 {
-		opts.Steps = 2 + rnd.IntN(3)
-	}
+	opts, plan := draw(opts)
 	w := &opts.Workload
-	if w.Workers == 0 {
-		w.Workers = 6
-	}
-	if w.Readers == 0 {
-		w.Readers = 2
-	}
-	if w.Pace == 0 {
-		w.Pace = 15 * time.Millisecond
-	}
-	if w.AcquireTimeout == 0 {
-		w.AcquireTimeout = 800 * time.Millisecond
-	}
-	plan := Plan(rnd, opts.Faults, opts.Steps, opts.TTL)
+	et := time.Duration(opts.ElectionTicks) * opts.Tick
 	h := history.New(opts.Seed, Locks)
 	h.Config["start"] = time.Now().UTC().Format(time.RFC3339Nano)
 	h.Bound = int64(2*et + opts.Margin)
@@ -192,6 +158,50 @@ func Run(opts Options) *Result {
 		res.Dir = save(orig, res, dir)
 	}
 	return res
+}
+
+// draw fills the zero fields of opts, drawing the size, TTL and number of
+// steps from the seed's generator in that order, and draws the fault plan
+// from it. It depends on nothing but opts, so the same seed and the same
+// options (the replay command of seed.txt) give the same plan.
+func draw(opts Options) (Options, []Step) {
+	rnd := rand.New(rand.NewPCG(opts.Seed, 0x71a1))
+	if opts.Size == 0 {
+		opts.Size = []int{3, 3, 5}[rnd.IntN(3)]
+	}
+	if opts.TTL == 0 {
+		opts.TTL = []time.Duration{time.Second, 1500 * time.Millisecond}[rnd.IntN(2)]
+	}
+	if opts.Tick == 0 {
+		opts.Tick = 10 * time.Millisecond
+	}
+	if opts.ElectionTicks == 0 {
+		opts.ElectionTicks = 10
+	}
+	et := time.Duration(opts.ElectionTicks) * opts.Tick
+	if opts.Margin == 0 {
+		opts.Margin = 5 * et
+	}
+	if len(opts.Faults) == 0 {
+		opts.Faults = FaultKinds
+	}
+	if opts.Steps == 0 {
+		opts.Steps = 2 + rnd.IntN(3)
+	}
+	w := &opts.Workload
+	if w.Workers == 0 {
+		w.Workers = 6
+	}
+	if w.Readers == 0 {
+		w.Readers = 2
+	}
+	if w.Pace == 0 {
+		w.Pace = 15 * time.Millisecond
+	}
+	if w.AcquireTimeout == 0 {
+		w.AcquireTimeout = 800 * time.Millisecond
+	}
+	return opts, Plan(rnd, opts.Faults, opts.Steps, opts.TTL)
 }
 
 // settle ends a trial: heal and restart everything, wait for a leader and
@@ -290,16 +300,7 @@ func save(opts Options, res *Result, work string) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed: %d\nreplay: go run ./verify -trials 1 -seed %d", res.Seed, res.Seed)
-	if len(opts.Faults) > 0 {
-		fmt.Fprintf(&b, " -faults %s", strings.Join(opts.Faults, ","))
-	}
-	if opts.Size != 0 {
-		fmt.Fprintf(&b, " -replicas %d", opts.Size)
-	}
-	if opts.Steps != 0 {
-		fmt.Fprintf(&b, " -steps %d", opts.Steps)
-	}
+	fmt.Fprintf(&b, "seed: %d\nreplay: %s", res.Seed, replayCommand(opts))
 	if opts.System != nil {
 		b.WriteString(" (self-test: the Fake lock service; rerun the self-test instead)")
 	}
@@ -326,6 +327,31 @@ func save(opts Options, res *Result, work string) string {
 	copyFile(filepath.Join(work, "replicas.log"), filepath.Join(dir, "replicas.log"))
 	dumpLogs(work, filepath.Join(dir, "raftlog.txt"))
 	return dir
+}
+
+// replayCommand is the command that runs a trial with the options the
+// caller set (opts before draw) again: the same seed, the same plan.
+func replayCommand(opts Options) string {
+	var b strings.Builder
+	for _, env := range []string{"VERIFY_BACKEND", "VERIFY_SNAPSHOT_ENTRIES"} {
+		if v := os.Getenv(env); v != "" {
+			fmt.Fprintf(&b, "%s=%s ", env, v)
+		}
+	}
+	fmt.Fprintf(&b, "go run ./verify -trials 1 -seed %d", opts.Seed)
+	if len(opts.Faults) > 0 {
+		fmt.Fprintf(&b, " -faults %s", strings.Join(opts.Faults, ","))
+	}
+	if opts.Size != 0 {
+		fmt.Fprintf(&b, " -replicas %d", opts.Size)
+	}
+	if opts.Steps != 0 {
+		fmt.Fprintf(&b, " -steps %d", opts.Steps)
+	}
+	if opts.Margin != 0 {
+		fmt.Fprintf(&b, " -margin %v", opts.Margin)
+	}
+	return b.String()
 }
 
 func copyFile(from, to string) {
