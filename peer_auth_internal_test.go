@@ -69,6 +69,55 @@ func (ca *testCA) leaf(t *testing.T, name string) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// startPeerAuthReplica starts replica 1 of a cluster whose other members
+// (IDs 2 and 3) never run, on loopback with the given TLS sides (nil:
+// plaintext), closed when the test ends. It returns the replica and its
+// Config, whose cluster ID a forged Hello needs.
+func startPeerAuthReplica(t *testing.T, serverTLS, peerTLS *tls.Config) (*Node, Config) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1", 3: "127.0.0.1:2"}, DataDir: t.TempDir(), Listener: lis,
+		TickInterval: 10 * time.Millisecond, ClusterName: "peer-auth-test", TLS: serverTLS, PeerTLS: peerTLS,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n, cfg
+}
+
+// openPeerStream connects to cfg's replica with creds, opens a peer stream
+// and sends member 2's Hello. It returns the stream and the error of the
+// answer (nil: accepted); an answer that is not replica 1's Hello fails
+// the test.
+func openPeerStream(t *testing.T, ctx context.Context, cfg Config, creds credentials.TransportCredentials) (lockpb.Peer_StreamClient, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(cfg.Listener.Addr().String(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
+		return nil, err
+	}
+	answer, err := st.Recv()
+	if err == nil && answer.GetHello().GetFrom() != 1 {
+		t.Fatalf("peer stream answered %v", answer)
+	}
+	return st, err
+}
+
 // TestPeerStreamNeedsPeerCertificate: with mutual TLS, a separate peer CA
 // and a client CA that the replica's port both trusts, a process holding a
 // client certificate can use the client API but cannot open a peer stream
@@ -79,62 +128,28 @@ func TestPeerStreamNeedsPeerCertificate(t *testing.T) {
 	trusted := x509.NewCertPool()
 	trusted.AddCert(peerCA.cert)
 	trusted.AddCert(clientCA.cert)
-
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1"}, DataDir: t.TempDir(), Listener: lis,
-		TickInterval: 10 * time.Millisecond, ClusterName: "auth-test",
-		TLS: &tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+	_, cfg := startPeerAuthReplica(t,
+		&tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
 			ClientCAs: trusted, MinVersion: tls.VersionTLS13},
-		PeerTLS: &tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13},
-	}
+		&tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Start(ctx, cfg)
+	creds := func(ca *testCA, name string) credentials.TransportCredentials {
+		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, name)}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13})
+	}
+
+	app, err := grpc.NewClient(cfg.Listener.Addr().String(), grpc.WithTransportCredentials(creds(clientCA, "app")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
-
-	connect := func(ca *testCA, name string) *grpc.ClientConn {
-		t.Helper()
-		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, name)}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13})
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	// openPeerStream sends member 2's Hello and returns the answer's error.
-	openPeerStream := func(conn *grpc.ClientConn) error {
-		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-		defer scancel()
-		st, err := lockpb.NewPeerClient(conn).Stream(sctx)
-		if err != nil {
-			return err
-		}
-		if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
-			return err
-		}
-		answer, err := st.Recv()
-		if err == nil && answer.GetHello().GetFrom() != 1 {
-			t.Fatalf("peer stream answered %v", answer)
-		}
-		return err
-	}
-
-	app := connect(clientCA, "app")
+	defer app.Close()
 	if _, err := lockpb.NewLockClient(app).Status(ctx, &lockpb.StatusRequest{}); err != nil {
 		t.Fatalf("a client certificate from the client CA cannot reach the client API: %v", err)
 	}
-	if err := openPeerStream(app); status.Code(err) != codes.PermissionDenied {
+	if _, err := openPeerStream(t, ctx, cfg, creds(clientCA, "app")); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a client certificate opened a peer stream as member 2: %v; want PermissionDenied", err)
 	}
-	if err := openPeerStream(connect(peerCA, "replica 2")); err != nil {
+	if _, err := openPeerStream(t, ctx, cfg, creds(peerCA, "replica 2")); err != nil {
 		t.Fatalf("a peer certificate could not open a peer stream: %v", err)
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -28,10 +26,6 @@ import (
 // every peer, so such a cluster never elected a leader.
 func TestPeerStreamWithPeerTLSSkippingRootCAs(t *testing.T) {
 	ca := newTestCA(t, "cluster CA")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The peer side pins the CA itself instead of using RootCAs.
 	verify := func(raw [][]byte, _ [][]*x509.Certificate) error {
 		c, err := x509.ParseCertificate(raw[0])
@@ -40,43 +34,19 @@ func TestPeerStreamWithPeerTLSSkippingRootCAs(t *testing.T) {
 		}
 		return c.CheckSignatureFrom(ca.cert)
 	}
-	cfg := Config{
-		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1"}, DataDir: t.TempDir(), Listener: lis,
-		TickInterval: 10 * time.Millisecond, ClusterName: "auth-test-e",
-		TLS: &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+	_, cfg := startPeerAuthReplica(t,
+		&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
 			ClientCAs: ca.pool, MinVersion: tls.VersionTLS13},
-		PeerTLS: &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 1")}, InsecureSkipVerify: true,
-			VerifyPeerCertificate: verify, MinVersion: tls.VersionTLS13},
-	}
+		&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 1")}, InsecureSkipVerify: true,
+			VerifyPeerCertificate: verify, MinVersion: tls.VersionTLS13})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 
 	// Replica 2 dials as its PeerTLS would.
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 2")}, InsecureSkipVerify: true,
 		VerifyPeerCertificate: verify, MinVersion: tls.VersionTLS13})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	answer, err := st.Recv()
-	if err != nil {
+	if _, err := openPeerStream(t, ctx, cfg, creds); err != nil {
 		t.Fatalf("replica 2, with a certificate the port verifies, could not open a peer stream: %v", err)
-	}
-	if answer.GetHello().GetFrom() != 1 {
-		t.Fatalf("peer stream answered %v", answer)
 	}
 }
 
@@ -88,47 +58,19 @@ func TestPeerStreamWithPeerTLSSkippingRootCAs(t *testing.T) {
 // against PeerTLS.RootCAs, the servers' CA, refused every peer.
 func TestPeerStreamWithSeparateServerAndClientCAs(t *testing.T) {
 	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1"}, DataDir: t.TempDir(), Listener: lis,
-		TickInterval: 10 * time.Millisecond, ClusterName: "auth-test-e2",
-		TLS: &tls.Config{Certificates: []tls.Certificate{serverCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+	_, cfg := startPeerAuthReplica(t,
+		&tls.Config{Certificates: []tls.Certificate{serverCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
 			ClientCAs: clientCA.pool, MinVersion: tls.VersionTLS13},
-		PeerTLS: &tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 1 client")}, RootCAs: serverCA.pool,
-			MinVersion: tls.VersionTLS13},
-	}
+		&tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 1 client")}, RootCAs: serverCA.pool,
+			MinVersion: tls.VersionTLS13})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 
 	// Replica 2 dials as its PeerTLS would.
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 2 client")}, RootCAs: serverCA.pool,
 		MinVersion: tls.VersionTLS13})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	answer, err := st.Recv()
-	if err != nil {
+	if _, err := openPeerStream(t, ctx, cfg, creds); err != nil {
 		t.Fatalf("replica 2, with a client certificate the port verifies, could not open a peer stream: %v", err)
-	}
-	if answer.GetHello().GetFrom() != 1 {
-		t.Fatalf("peer stream answered %v", answer)
 	}
 }
 
@@ -138,40 +80,17 @@ func TestPeerStreamWithSeparateServerAndClientCAs(t *testing.T) {
 // raftnode.ErrBadMessage) instead of panicking
 // the process.
 func TestForgedPeerMessageStopsReplicaNotProcess(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1", 3: "127.0.0.1:2"}, DataDir: t.TempDir(), Listener: lis,
-		TickInterval: 10 * time.Millisecond, ClusterName: "forged-e",
-	}
+	n, cfg := startPeerAuthReplica(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Start(ctx, cfg)
+	st, err := openPeerStream(t, ctx, cfg, insecure.NewCredentials())
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("peer stream refused: %v", err)
 	}
 	m, err := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)),
 		Term: new(uint64(5)), Commit: new(uint64(1000))})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: cfg.clusterID(), From: 2, To: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatalf("peer stream refused: %v", err)
 	}
 	if err := st.Send(&lockpb.PeerFrame{Messages: [][]byte{m}}); err != nil {
 		t.Fatal(err)
