@@ -2,15 +2,8 @@ package quorumlock_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -169,85 +162,23 @@ func TestClientReplicaLossMidAcquire(t *testing.T) {
 
 // --- TLS ---
 
-type pki struct {
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	caPool *x509.CertPool
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return &pki{ca: ca, caKey: key, caPool: pool}
-}
-
-// leaf issues a certificate usable as server and client for 127.0.0.1.
-func (p *pki) leaf(t *testing.T, name string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-func (p *pki) server(t *testing.T, name string) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{p.leaf(t, name)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: p.caPool, MinVersion: tls.VersionTLS13}
-}
-
-func (p *pki) client(t *testing.T, name string) *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{p.leaf(t, name)}, RootCAs: p.caPool, MinVersion: tls.VersionTLS13}
-}
-
 // Mutual TLS: the cluster forms over TLS, a trusted client works, a client
 // without a certificate or with one from another CA is refused, and a
 // replica with an untrusted certificate cannot take part.
 func TestMutualTLS(t *testing.T) {
-	good, evil := newPKI(t), newPKI(t)
+	good, evil := quorumlock.NewTestCA(t, "good CA"), quorumlock.NewTestCA(t, "evil CA")
 	c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {
 		ca := good
 		if cfg.ID == 3 {
 			ca = evil // replica 3 is a stranger
 		}
-		cfg.TLS, cfg.PeerTLS = ca.server(t, "replica"), ca.client(t, "replica")
+		cfg.TLS, cfg.PeerTLS = ca.ServerTLS(t, "replica"), ca.ClientTLS(t, "replica")
 	}})
 	lead := c.WaitLeader(10 * time.Second)
 	if lead == 3 {
 		t.Fatal("the untrusted replica leads")
 	}
-	cl := dial(t, addrsOf(c, 1, 2), quorumlock.WithTLS(good.client(t, "app")))
+	cl := dial(t, addrsOf(c, 1, 2), quorumlock.WithTLS(good.ClientTLS(t, "app")))
 	ctx := testCtx(t, 10*time.Second)
 	s, err := cl.NewSession(ctx)
 	if err != nil {
@@ -260,8 +191,8 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("the untrusted replica follows the cluster: %+v", st)
 	}
 	for name, opt := range map[string]quorumlock.ClientOption{
-		"no certificate": quorumlock.WithTLS(&tls.Config{RootCAs: good.caPool, MinVersion: tls.VersionTLS13}),
-		"untrusted CA":   quorumlock.WithTLS(evil.client(t, "intruder")),
+		"no certificate": quorumlock.WithTLS(&tls.Config{RootCAs: good.Pool, MinVersion: tls.VersionTLS13}),
+		"untrusted CA":   quorumlock.WithTLS(evil.ClientTLS(t, "intruder")),
 		"plaintext":      quorumlock.WithSessionTTL(2 * time.Second),
 	} {
 		dctx, cancel := context.WithTimeout(context.Background(), time.Second)

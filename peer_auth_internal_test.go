@@ -21,14 +21,18 @@ import (
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
-// testCA issues certificates for 127.0.0.1, usable as server and client.
-type testCA struct {
-	cert *x509.Certificate
+// TestCA is a throwaway certificate authority whose leaf certificates
+// serve 127.0.0.1 as server and client. It is exported for the package's
+// external tests (TestMutualTLS); internal/proctest has the file-based
+// equivalent for processes.
+type TestCA struct {
+	Cert *x509.Certificate
+	Pool *x509.CertPool // holds Cert
 	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+// NewTestCA creates a CA valid for an hour.
+func NewTestCA(t testing.TB, name string) *TestCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -43,13 +47,18 @@ func newTestCA(t *testing.T, name string) *testCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
+	return &TestCA{Cert: cert, Pool: pool, key: key}
 }
 
-func (ca *testCA) leaf(t *testing.T, name string) tls.Certificate {
+// Leaf issues a certificate for 127.0.0.1 with both the server and client
+// extended key usages.
+func (ca *TestCA) Leaf(t testing.TB, name string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -62,11 +71,23 @@ func (ca *testCA) leaf(t *testing.T, name string) tls.Certificate {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// ServerTLS is a replica's Config.TLS: a new leaf, client certificates
+// required and verified against this CA.
+func (ca *TestCA) ServerTLS(t testing.TB, name string) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, name)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool, MinVersion: tls.VersionTLS13}
+}
+
+// ClientTLS is a client's (or a replica's PeerTLS): a new leaf, servers
+// verified against this CA.
+func (ca *TestCA) ClientTLS(t testing.TB, name string) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, name)}, RootCAs: ca.Pool, MinVersion: tls.VersionTLS13}
 }
 
 // startPeerAuthReplica starts replica 1 of a cluster whose other members
@@ -124,18 +145,18 @@ func openPeerStream(t *testing.T, ctx context.Context, cfg Config, creds credent
 // claiming a member's ID (it could otherwise send raft messages as that
 // member); a certificate from the peer CA can.
 func TestPeerStreamNeedsPeerCertificate(t *testing.T) {
-	peerCA, clientCA := newTestCA(t, "peer CA"), newTestCA(t, "client CA")
+	peerCA, clientCA := NewTestCA(t, "peer CA"), NewTestCA(t, "client CA")
 	trusted := x509.NewCertPool()
-	trusted.AddCert(peerCA.cert)
-	trusted.AddCert(clientCA.cert)
+	trusted.AddCert(peerCA.Cert)
+	trusted.AddCert(clientCA.Cert)
 	_, cfg := startPeerAuthReplica(t,
-		&tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+		&tls.Config{Certificates: []tls.Certificate{peerCA.Leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
 			ClientCAs: trusted, MinVersion: tls.VersionTLS13},
-		&tls.Config{Certificates: []tls.Certificate{peerCA.leaf(t, "replica 1")}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13})
+		peerCA.ClientTLS(t, "replica 1"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	creds := func(ca *testCA, name string) credentials.TransportCredentials {
-		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, name)}, RootCAs: peerCA.pool, MinVersion: tls.VersionTLS13})
+	creds := func(ca *TestCA, name string) credentials.TransportCredentials {
+		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, name)}, RootCAs: peerCA.Pool, MinVersion: tls.VersionTLS13})
 	}
 
 	app, err := grpc.NewClient(cfg.Listener.Addr().String(), grpc.WithTransportCredentials(creds(clientCA, "app")))

@@ -25,25 +25,25 @@ import (
 // certificate against PeerTLS.RootCAs (nil: the system roots) then refused
 // every peer, so such a cluster never elected a leader.
 func TestPeerStreamWithPeerTLSSkippingRootCAs(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
+	ca := NewTestCA(t, "cluster CA")
 	// The peer side pins the CA itself instead of using RootCAs.
 	verify := func(raw [][]byte, _ [][]*x509.Certificate) error {
 		c, err := x509.ParseCertificate(raw[0])
 		if err != nil {
 			return err
 		}
-		return c.CheckSignatureFrom(ca.cert)
+		return c.CheckSignatureFrom(ca.Cert)
 	}
 	_, cfg := startPeerAuthReplica(t,
-		&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
-			ClientCAs: ca.pool, MinVersion: tls.VersionTLS13},
-		&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 1")}, InsecureSkipVerify: true,
+		&tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+			ClientCAs: ca.Pool, MinVersion: tls.VersionTLS13},
+		&tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, "replica 1")}, InsecureSkipVerify: true,
 			VerifyPeerCertificate: verify, MinVersion: tls.VersionTLS13})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	// Replica 2 dials as its PeerTLS would.
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.leaf(t, "replica 2")}, InsecureSkipVerify: true,
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, "replica 2")}, InsecureSkipVerify: true,
 		VerifyPeerCertificate: verify, MinVersion: tls.VersionTLS13})
 	if _, err := openPeerStream(t, ctx, cfg, creds); err != nil {
 		t.Fatalf("replica 2, with a certificate the port verifies, could not open a peer stream: %v", err)
@@ -57,17 +57,17 @@ func TestPeerStreamWithPeerTLSSkippingRootCAs(t *testing.T) {
 // streams were authorized. Checking a peer stream's client certificate
 // against PeerTLS.RootCAs, the servers' CA, refused every peer.
 func TestPeerStreamWithSeparateServerAndClientCAs(t *testing.T) {
-	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
+	serverCA, clientCA := NewTestCA(t, "server CA"), NewTestCA(t, "client CA")
 	_, cfg := startPeerAuthReplica(t,
-		&tls.Config{Certificates: []tls.Certificate{serverCA.leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
-			ClientCAs: clientCA.pool, MinVersion: tls.VersionTLS13},
-		&tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 1 client")}, RootCAs: serverCA.pool,
+		&tls.Config{Certificates: []tls.Certificate{serverCA.Leaf(t, "replica 1")}, ClientAuth: tls.RequireAndVerifyClientCert,
+			ClientCAs: clientCA.Pool, MinVersion: tls.VersionTLS13},
+		&tls.Config{Certificates: []tls.Certificate{clientCA.Leaf(t, "replica 1 client")}, RootCAs: serverCA.Pool,
 			MinVersion: tls.VersionTLS13})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	// Replica 2 dials as its PeerTLS would.
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{clientCA.leaf(t, "replica 2 client")}, RootCAs: serverCA.pool,
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{clientCA.Leaf(t, "replica 2 client")}, RootCAs: serverCA.Pool,
 		MinVersion: tls.VersionTLS13})
 	if _, err := openPeerStream(t, ctx, cfg, creds); err != nil {
 		t.Fatalf("replica 2, with a client certificate the port verifies, could not open a peer stream: %v", err)
