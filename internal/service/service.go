@@ -254,7 +254,7 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		// After every entry, not once per batch: a grant and its release
 		// applied together are two changes a watcher must see (Watch).
 		if len(s.watchers) > 0 {
-			s.notifyWatchers()
+			s.notifyApplied(&cmd)
 		}
 	}
 	if s.deferredDue() {

@@ -643,3 +643,70 @@ func TestPendingListChecked(t *testing.T) {
 		t.Fatalf("the command lists %v (listed %v), want [3 7]", cmd.Pending, cmd.Listed)
 	}
 }
+
+// Watchers see the changes of commands that name no lock: a session's
+// close frees (or hands off) every lock it held, an expiry the same, and
+// each watched lock reports it; a command naming one lock reports to that
+// lock's watchers. (Only single-lock commands skip the other watched
+// locks.)
+func TestWatchSeesSessionEndsOnEveryLock(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.open(time.Minute), h.open(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	chs := map[string]<-chan fsm.LockInfo{"x": h.svc.Watch(ctx, "x"), "y": h.svc.Watch(ctx, "y"), "z": h.svc.Watch(ctx, "z")}
+	next := func(name string) fsm.LockInfo {
+		t.Helper()
+		select {
+		case li, ok := <-chs[name]:
+			if !ok {
+				t.Fatalf("watch of %s closed", name)
+			}
+			return li
+		case <-ctx.Done():
+			t.Fatalf("no change of %s reported", name)
+			return fsm.LockInfo{}
+		}
+	}
+	for name := range chs {
+		if li := next(name); li.Holder != 0 {
+			t.Fatalf("initial state of %s %+v, want free", name, li)
+		}
+	}
+	h.raf.mu.Lock()
+	i := h.raf.index + 1
+	h.raf.index += 6
+	term := h.raf.term
+	h.raf.mu.Unlock()
+	entry := func(index uint64, cmd fsm.Command) *raftpb.Entry {
+		return &raftpb.Entry{Index: new(index), Term: new(term), Type: raftpb.EntryNormal.Enum(), Data: fsm.Encode(&cmd)}
+	}
+	h.svc.Apply([]*raftpb.Entry{
+		entry(i, fsm.Command{Op: fsm.OpAcquire, Session: a, Seq: 1, Name: "x"}),
+		entry(i+1, fsm.Command{Op: fsm.OpAcquire, Session: a, Seq: 2, Name: "y"}),
+		entry(i+2, fsm.Command{Op: fsm.OpAcquire, Session: b, Seq: 1, Name: "x"}), // queued behind a
+		entry(i+3, fsm.Command{Op: fsm.OpAcquire, Session: b, Seq: 2, Name: "z"}),
+	})
+	if li := next("x"); li.Holder != a || li.Token != i {
+		t.Fatalf("x %+v, want held by %d with token %d", li, a, i)
+	}
+	if li := next("y"); li.Holder != a || li.Token != i+1 {
+		t.Fatalf("y %+v, want held by %d with token %d", li, a, i+1)
+	}
+	if li := next("z"); li.Holder != b || li.Token != i+3 {
+		t.Fatalf("z %+v, want held by %d with token %d", li, b, i+3)
+	}
+	h.svc.Apply([]*raftpb.Entry{entry(i+4, fsm.Command{Op: fsm.OpCloseSession, Session: a, Seq: 3})})
+	if li := next("x"); li.Holder != b || li.Token != i+4 {
+		t.Fatalf("x after a's close %+v, want handed to %d with token %d", li, b, i+4)
+	}
+	if li := next("y"); li.Holder != 0 {
+		t.Fatalf("y after a's close %+v, want free", li)
+	}
+	h.svc.Apply([]*raftpb.Entry{entry(i+5, fsm.Command{Op: fsm.OpExpire, IDs: []uint64{b}, Term: term})})
+	for _, name := range []string{"x", "z"} {
+		if li := next(name); li.Holder != 0 {
+			t.Fatalf("%s after b's expiry %+v, want free", name, li)
+		}
+	}
+}

@@ -78,20 +78,45 @@ func (s *Service) Watch(ctx context.Context, key string) <-chan fsm.LockInfo {
 // Called with s.mu held, after applying entries.
 func (s *Service) notifyWatchers() {
 	for key, ws := range s.watchers {
-		li := s.m.Holder(key)
-		for _, w := range ws {
-			if sameGrant(w.last, li) {
-				continue
-			}
-			w.last = li
-			if len(w.backlog) >= maxWatchBacklog {
-				w.backlog = w.backlog[1:]
-			}
-			w.backlog = append(w.backlog, li)
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
+		notifyKey(s.m.Holder(key), ws)
+	}
+}
+
+// notifyApplied is notifyWatchers after one applied command: a command
+// that names one lock (acquire, release, withdraw, proclaim) changes at
+// most that lock (a release's hand-off goes to a waiter of the same
+// lock), and opening a session changes none, so only the others (a
+// session's close, expiry or revocation, which free every lock it held)
+// look at every watched lock. With thousands of observed names, a lookup
+// per name on every applied entry made an acquire+release cycle about 4x
+// slower (found by a review).
+func (s *Service) notifyApplied(cmd *fsm.Command) {
+	switch cmd.Op {
+	case fsm.OpOpenSession:
+	case fsm.OpAcquire, fsm.OpRelease, fsm.OpWithdraw, fsm.OpProclaim:
+		if ws, ok := s.watchers[cmd.Name]; ok {
+			notifyKey(s.m.Holder(cmd.Name), ws)
+		}
+	default:
+		s.notifyWatchers()
+	}
+}
+
+// notifyKey queues li, the state of one lock, for its watchers ws that
+// have not seen it.
+func notifyKey(li fsm.LockInfo, ws []*watcher) {
+	for _, w := range ws {
+		if sameGrant(w.last, li) {
+			continue
+		}
+		w.last = li
+		if len(w.backlog) >= maxWatchBacklog {
+			w.backlog = w.backlog[1:]
+		}
+		w.backlog = append(w.backlog, li)
+		select {
+		case w.wake <- struct{}{}:
+		default:
 		}
 	}
 }
