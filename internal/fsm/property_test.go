@@ -245,6 +245,20 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 		}
 	}()
 	h.checkHolders(rt)
+	// A command that names one lock changes no other lock's holder, token
+	// or value, and opening a session changes none: the service notifies
+	// only that lock's watchers after it (service.notifyApplied).
+	switch cmd.Op {
+	case OpOpenSession, OpAcquire, OpRelease, OpWithdraw, OpProclaim:
+		for _, n := range h.names {
+			if n == cmd.Name && cmd.Op != OpOpenSession {
+				continue
+			}
+			if a, b := before[n], h.a.Holder(n); a.Holder != b.Holder || a.Token != b.Token || string(a.Value) != string(b.Value) {
+				rt.Fatalf("%v of %q changed lock %q from %+v to %+v", cmd.Op, cmd.Name, n, a, b)
+			}
+		}
+	}
 
 	if cmd.Op == OpOpenSession && resA.Code == CodeOK {
 		if resA.Session != h.index {
