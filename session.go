@@ -717,8 +717,8 @@ func (s *Session) Locks() []*Lock {
 // Close releases every lock of the session and ends it on the cluster; the
 // next waiters are granted. Done and every Lost channel close whatever the
 // outcome, and the session's leaderships end (their Done closes) before
-// the close is sent, as with Resign. Closing an ended session returns nil if it was closed, the end
-// cause otherwise. If ctx ends first the error wraps ErrUnknownOutcome: the
+// the close is sent, as with Resign. Closing an ended session returns nil
+// if it was closed, the end cause otherwise. If ctx ends first the error wraps ErrUnknownOutcome: the
 // session stops heartbeating, so its locks are freed at the latest when its
 // TTL runs out on the leader.
 func (s *Session) Close(ctx context.Context) error {
