@@ -80,20 +80,35 @@ func TestReplicaStoppedExits(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// fatal reports err with lockd's state: whether it has exited, and what
+	// it logged.
+	fatal := func(what string, err error) {
+		t.Helper()
+		select {
+		case code := <-exit:
+			t.Fatalf("%s: %v (lockd had exited with %d; stderr %q)", what, err, code, stderr.String())
+		default:
+			t.Fatalf("%s: %v (lockd still running; stderr %q)", what, err, stderr.String())
+		}
+	}
 	conn, err := grpc.NewClient(self, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	st, err := lockpb.NewPeerClient(conn).Stream(ctx)
+	// The stream waits for the connection rather than failing on the
+	// first refused connect (a CI run on a loaded machine saw "connection
+	// refused" here once, cause not found; fatal says whether lockd was
+	// still running).
+	st, err := lockpb.NewPeerClient(conn).Stream(ctx, grpc.WaitForReady(true))
 	if err != nil {
-		t.Fatal(err)
+		fatal("opening a peer stream", err)
 	}
 	if err := st.Send(&lockpb.PeerFrame{Hello: &lockpb.Hello{ClusterId: hello.GetClusterId(), From: 2, To: 1}}); err != nil {
-		t.Fatal(err)
+		fatal("sending the hello", err)
 	}
 	if _, err := st.Recv(); err != nil {
-		t.Fatalf("peer stream refused: %v", err)
+		fatal("peer stream refused", err)
 	}
 	m, err := proto.Marshal(&raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)),
 		Term: new(uint64(5)), Commit: new(uint64(1000))})
