@@ -21,7 +21,9 @@
 // the peer address as a SAN). With -tls-peer-ca too, the replicas'
 // certificates come from that CA and the clients' from -tls-ca: a peer
 // stream then needs a certificate of the peer CA, so a client's certificate
-// cannot pose as a member (clients trust the peer CA for the servers).
+// cannot pose as a member (clients trust the peer CA for the servers). A
+// -tls-cert that does not verify against -tls-peer-ca is a configuration
+// error.
 //
 // lockd logs to stderr. Once it serves, it prints one line to stdout,
 // "lockd ready id=N addr=ADDR". SIGTERM or SIGINT stops it cleanly (the log
@@ -216,6 +218,9 @@ func newLogger(level string) (*zap.Logger, error) {
 // peer CA.
 func loadTLS(certFile, keyFile, caFile, peerCAFile string) (server, peer *tls.Config, err error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
+		if peerCAFile != "" {
+			return nil, nil, errors.New("-tls-peer-ca needs -tls-cert, -tls-key and -tls-ca")
+		}
 		return nil, nil, errors.New("-tls-cert, -tls-key and -tls-ca must be given together")
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
@@ -235,6 +240,13 @@ func loadTLS(certFile, keyFile, caFile, peerCAFile string) (server, peer *tls.Co
 		if err := appendPEM(clients, "-tls-peer-ca", peerCAFile); err != nil {
 			return nil, nil, err
 		}
+		// The replica's certificate must come from the peer CA: one
+		// that does not (the two CAs swapped, a client's certificate)
+		// would start, fail every peer handshake and, in the replica,
+		// turn off the check of peers' certificates (peerAuthorizer).
+		if err := verifyOwn(cert, peers); err != nil {
+			return nil, nil, fmt.Errorf("-tls-cert %s is not signed by the -tls-peer-ca CA (%s): %w", certFile, peerCAFile, err)
+		}
 	}
 	server = &tls.Config{
 		Certificates: []tls.Certificate{cert},
@@ -248,6 +260,26 @@ func loadTLS(certFile, keyFile, caFile, peerCAFile string) (server, peer *tls.Co
 		MinVersion:   tls.VersionTLS13,
 	}
 	return server, peer, nil
+}
+
+// verifyOwn verifies cert (its leaf, the rest of its chain as
+// intermediates) against roots, for any key usage.
+func verifyOwn(cert tls.Certificate, roots *x509.CertPool) error {
+	inter := x509.NewCertPool()
+	var leaf *x509.Certificate
+	for i, der := range cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			leaf = c
+		} else {
+			inter.AddCert(c)
+		}
+	}
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
 }
 
 // appendPEM adds the certificates of the PEM file to pool; flag names the
