@@ -570,30 +570,12 @@ func TestWatchSeesEveryChangeInABatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ch := h.svc.Watch(ctx, "x")
-	next := func() fsm.LockInfo {
-		t.Helper()
-		select {
-		case li, ok := <-ch:
-			if !ok {
-				t.Fatal("watch closed")
-			}
-			return li
-		case <-ctx.Done():
-			t.Fatal("no change reported")
-			return fsm.LockInfo{}
-		}
-	}
+	next := func() fsm.LockInfo { t.Helper(); return nextChange(ctx, t, "x", ch) }
 	if li := next(); li.Holder != 0 {
 		t.Fatalf("initial state %+v, want free", li)
 	}
-	h.raf.mu.Lock()
-	i := h.raf.index + 1
-	h.raf.index += 2
-	term := h.raf.term
-	h.raf.mu.Unlock()
-	entry := func(index uint64, cmd fsm.Command) *raftpb.Entry {
-		return &raftpb.Entry{Index: new(index), Term: new(term), Type: raftpb.EntryNormal.Enum(), Data: fsm.Encode(&cmd)}
-	}
+	i, term := h.reserve(2)
+	entry := func(index uint64, cmd fsm.Command) *raftpb.Entry { return entryAt(index, term, cmd) }
 	h.svc.Apply([]*raftpb.Entry{
 		entry(i, fsm.Command{Op: fsm.OpAcquire, Session: a, Seq: 1, Name: "x"}),
 		entry(i+1, fsm.Command{Op: fsm.OpRelease, Session: a, Seq: 2, Name: "x", Token: i}),
@@ -655,32 +637,14 @@ func TestWatchSeesSessionEndsOnEveryLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	chs := map[string]<-chan fsm.LockInfo{"x": h.svc.Watch(ctx, "x"), "y": h.svc.Watch(ctx, "y"), "z": h.svc.Watch(ctx, "z")}
-	next := func(name string) fsm.LockInfo {
-		t.Helper()
-		select {
-		case li, ok := <-chs[name]:
-			if !ok {
-				t.Fatalf("watch of %s closed", name)
-			}
-			return li
-		case <-ctx.Done():
-			t.Fatalf("no change of %s reported", name)
-			return fsm.LockInfo{}
-		}
-	}
+	next := func(name string) fsm.LockInfo { t.Helper(); return nextChange(ctx, t, name, chs[name]) }
 	for name := range chs {
 		if li := next(name); li.Holder != 0 {
 			t.Fatalf("initial state of %s %+v, want free", name, li)
 		}
 	}
-	h.raf.mu.Lock()
-	i := h.raf.index + 1
-	h.raf.index += 6
-	term := h.raf.term
-	h.raf.mu.Unlock()
-	entry := func(index uint64, cmd fsm.Command) *raftpb.Entry {
-		return &raftpb.Entry{Index: new(index), Term: new(term), Type: raftpb.EntryNormal.Enum(), Data: fsm.Encode(&cmd)}
-	}
+	i, term := h.reserve(6)
+	entry := func(index uint64, cmd fsm.Command) *raftpb.Entry { return entryAt(index, term, cmd) }
 	h.svc.Apply([]*raftpb.Entry{
 		entry(i, fsm.Command{Op: fsm.OpAcquire, Session: a, Seq: 1, Name: "x"}),
 		entry(i+1, fsm.Command{Op: fsm.OpAcquire, Session: a, Seq: 2, Name: "y"}),
@@ -709,4 +673,35 @@ func TestWatchSeesSessionEndsOnEveryLock(t *testing.T) {
 			t.Fatalf("%s after b's expiry %+v, want free", name, li)
 		}
 	}
+}
+
+// reserve takes the next n log indexes of the fake raft for entries the
+// test applies itself, and returns the first with the current term.
+func (h *harness) reserve(n uint64) (first, term uint64) {
+	h.raf.mu.Lock()
+	defer h.raf.mu.Unlock()
+	first = h.raf.index + 1
+	h.raf.index += n
+	return first, h.raf.term
+}
+
+// entryAt is the log entry of cmd at index in term.
+func entryAt(index, term uint64, cmd fsm.Command) *raftpb.Entry {
+	return &raftpb.Entry{Index: new(index), Term: new(term), Type: raftpb.EntryNormal.Enum(), Data: fsm.Encode(&cmd)}
+}
+
+// nextChange returns the next state a watch of name reports, failing the
+// test if the watch closes or ctx ends first.
+func nextChange(ctx context.Context, t *testing.T, name string, ch <-chan fsm.LockInfo) fsm.LockInfo {
+	t.Helper()
+	select {
+	case li, ok := <-ch:
+		if !ok {
+			t.Fatalf("watch of %s closed", name)
+		}
+		return li
+	case <-ctx.Done():
+		t.Fatalf("no change of %s reported", name)
+	}
+	return fsm.LockInfo{}
 }
