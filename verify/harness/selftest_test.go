@@ -21,15 +21,22 @@ var expected = map[Bug][]string{
 	SlowFailover: {check.Availability},
 }
 
+// runFake runs a trial against the Fake with bug. A broken Fake's trial is
+// meant to fail: its folder goes to the test's temporary directory, not
+// with the artefacts of real failures, which are kept.
 func runFake(t *testing.T, bug Bug, seed uint64) *Result {
 	t.Helper()
+	out := artefacts(t)
+	if bug != NoBug {
+		out = t.TempDir()
+	}
 	return Run(Options{
 		Seed:   seed,
 		Size:   3,
 		TTL:    time.Second,
 		Faults: []string{IsolateLeader, KillMinority},
 		Steps:  3,
-		Out:    artefacts(t),
+		Out:    out,
 		System: func(_ string, rnd *rand.Rand) (System, error) {
 			return NewFake(bug, time.Second, rnd), nil
 		},
