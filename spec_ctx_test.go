@@ -15,11 +15,7 @@ func TestSpecEndedContext(t *testing.T) {
 	for _, tc := range specOpeners(t, nodes) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 20*time.Second)
-			s, err := tc.o.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
+			s := specSession(ctx, t, tc.o)
 			l, err := s.TryAcquire(ctx, "held")
 			if err != nil {
 				t.Fatal(err)

@@ -106,3 +106,18 @@ func specOpeners(t *testing.T, nodes []*quorumlock.Node) []struct {
 		o    opener
 	}{{fmt.Sprintf("replica%d", f.ID()), f}, {"client", specDial(t, nodes)}}
 }
+
+// specSession opens a session through o; it is closed when the test ends.
+func specSession(ctx context.Context, t *testing.T, o opener, opts ...quorumlock.SessionOption) *quorumlock.Session {
+	t.Helper()
+	s, err := o.NewSession(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Close(cctx)
+	})
+	return s
+}

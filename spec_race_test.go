@@ -20,14 +20,8 @@ func TestSpecCancelRacesGrant(t *testing.T) {
 	for _, tc := range specOpeners(t, nodes) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			h, err := tc.o.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, err := tc.o.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := specSession(ctx, t, tc.o)
+			w := specSession(ctx, t, tc.o)
 			var granted, withdrawn int
 			for i := range 15 {
 				name := fmt.Sprint(tc.name, "-race-", i)

@@ -122,19 +122,11 @@ func TestSpecDefaultSessionTTL(t *testing.T) {
 	for _, tc := range specOpeners(t, nodes) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 10*time.Second)
-			s, err := tc.o.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
+			s := specSession(ctx, t, tc.o)
 			if s.TTL() != 10*time.Second {
 				t.Fatalf("default TTL %v, want 10s", s.TTL())
 			}
-			s2, err := tc.o.NewSession(ctx, quorumlock.WithTTL(3*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s2.Close(ctx)
+			s2 := specSession(ctx, t, tc.o, quorumlock.WithTTL(3*time.Second))
 			if s2.TTL() != 3*time.Second {
 				t.Fatalf("WithTTL(3s): TTL %v", s2.TTL())
 			}
@@ -243,11 +235,7 @@ func TestSpecBadNamesEverywhere(t *testing.T) {
 	for _, tc := range specOpeners(t, nodes) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 20*time.Second)
-			s, err := tc.o.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close(ctx)
+			s := specSession(ctx, t, tc.o)
 			for _, name := range []string{"", strings.Repeat("x", 257), "bad\xffutf8", "nul\x00byte"} {
 				if _, err := s.Acquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
 					t.Errorf("Acquire(%q): %v", name, err)
