@@ -24,11 +24,7 @@ func TestReviewClientCloseLeavesNoGoroutines(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	ignore := goleak.IgnoreCurrent()
 
-	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrsOf(c, c.IDs()...),
-		quorumlock.WithSessionTTL(2*time.Second), quorumlock.WithElectionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := dial(t, addrsOf(c, c.IDs()...))
 	ctx := testCtx(t, 20*time.Second)
 	var sessions []*quorumlock.Session
 	for range 3 {

@@ -141,11 +141,7 @@ func TestReviewTodayClientObserveAcrossFailover(t *testing.T) {
 	lead := c.WaitLeader(5 * time.Second)
 	time.Sleep(100 * time.Millisecond)
 	ignore := goleak.IgnoreCurrent()
-	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrsOf(c, c.IDs()...),
-		quorumlock.WithSessionTTL(2*time.Second), quorumlock.WithElectionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := dial(t, addrsOf(c, c.IDs()...))
 	ctx := testCtx(t, 30*time.Second)
 	octx, ocancel := context.WithCancel(ctx)
 	events := cl.Observe(octx, "sched")
