@@ -388,3 +388,27 @@ func TestSessionLocksLeaveOutRoles(t *testing.T) {
 		t.Fatalf("Locks() = %v, want [\"a\"]", names)
 	}
 }
+
+// elected is a leadership won by electAfter, and whether the leadership
+// before it had ended (Done closed) when it was won.
+type elected struct {
+	ld       *quorumlock.Leadership
+	oldEnded bool
+}
+
+// electAfter campaigns for role with s in the background. The channel gets
+// the leadership once won, noting whether old's Done had closed by then
+// (ld nil if Elect failed, which fails the test).
+func electAfter(t *testing.T, s *quorumlock.Session, role string, old *quorumlock.Leadership) <-chan elected {
+	got := make(chan elected, 1)
+	go func() {
+		ld, err := s.Elect(testCtx(t, 20*time.Second), role, []byte("next"))
+		if err != nil {
+			t.Error(err)
+			got <- elected{}
+			return
+		}
+		got <- elected{ld, closed(old.Done())}
+	}()
+	return got
+}

@@ -104,20 +104,7 @@ func TestReviewResignEndsLeadershipBeforeNextElected(t *testing.T) {
 	}
 	la := mustElect(t, old, "sched", "old")
 	next := newSession(t, c.Node(lead))
-	type elected struct {
-		ld       *quorumlock.Leadership
-		oldEnded bool
-	}
-	got := make(chan elected, 1)
-	go func() {
-		ld, err := next.Elect(testCtx(t, 20*time.Second), "sched", []byte("next"))
-		if err != nil {
-			t.Error(err)
-			got <- elected{}
-			return
-		}
-		got <- elected{ld, closed(la.Done())}
-	}()
+	got := electAfter(t, next, "sched", la)
 	waitCandidate(t, c.Node(lead), "sched", next.ID())
 	// The resigning leader's process hears the cluster's answers late (a
 	// slow link from the leader replica to it).

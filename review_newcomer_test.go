@@ -190,20 +190,7 @@ func TestReviewNewcomerSessionCloseEndsLeadershipBeforeNextElected(t *testing.T)
 			la = mustElect(t, old, role, "old")
 		}
 		next := newSession(t, c.Node(lead))
-		type elected struct {
-			ld       *quorumlock.Leadership
-			oldEnded bool
-		}
-		got := make(chan elected, 1)
-		go func() {
-			ld, err := next.Elect(testCtx(t, 20*time.Second), role, []byte("next"))
-			if err != nil {
-				t.Error(err)
-				got <- elected{}
-				return
-			}
-			got <- elected{ld, closed(la.Done())}
-		}()
+		got := electAfter(t, next, role, la)
 		waitCandidate(t, c.Node(lead), role, next.ID())
 		// The old leader's process hears the cluster's answers late.
 		c.Net.SetDelay(lead, clientID, 100*time.Millisecond)
