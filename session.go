@@ -396,13 +396,15 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // returns, so the caller never has to guess: the request is withdrawn from
 // the queue (Acquire returns ctx's error and the session is not queued) or,
 // if the grant won the race, the Lock is returned with a nil error. To fit
-// the settling into ctx, Acquire stops waiting min(election timeout, half
-// the remaining time) before ctx's deadline; after a cancellation without a
-// deadline it takes up to an election timeout more. If the withdrawal cannot
-// be confirmed in that time (no quorum), the session is abandoned: it ends
-// locally, stops heartbeating, and its grants and waits die with it on the
-// cluster; Acquire then returns an error wrapping both ctx's error and
-// ErrSessionExpired.
+// the settling into ctx, Acquire stops waiting min(a quarter of the
+// election timeout, a tenth of the remaining time) before ctx's deadline
+// (settling gets at least 50 ms, which may pass a deadline closer than
+// that); after a cancellation without a deadline it takes up to an
+// election timeout more. If the withdrawal cannot be confirmed in that
+// time (no quorum, or a leader lost in it), the session is abandoned: it
+// ends locally, stops heartbeating, and its grants and waits die with it
+// on the cluster; Acquire then returns an error wrapping both ctx's error
+// and ErrSessionExpired.
 //
 // Calls of one session for the same name share the session's place in the
 // queue: when one stops waiting while another still waits, it leaves the
@@ -588,16 +590,27 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 const minSettle = 50 * time.Millisecond
 
 // waitUntil is when an acquire stops waiting: when ctx has a deadline,
-// min(grace, half the remaining time) before it, keeping that time for
-// settle (grace is the backend's settleGrace, an election timeout); zero
-// (when ctx ends) otherwise.
+// settleReserve before it, keeping that time for settle; zero (when ctx
+// ends) otherwise.
 func (s *Session) waitUntil(ctx context.Context) time.Time {
 	d, ok := ctx.Deadline()
 	if !ok {
 		return time.Time{}
 	}
-	keep := min(s.be.settleGrace(), time.Until(d)/2)
-	return d.Add(-keep)
+	return d.Add(-settleReserve(s.be.settleGrace(), time.Until(d)))
+}
+
+// settleReserve is how long before its deadline an acquire stops waiting
+// to settle its outcome: min(grace/4, remaining/10), where grace is the
+// backend's settleGrace (an election timeout) and remaining the time left
+// until the deadline. A withdrawal takes one commit round when the cluster
+// has a leader (about a millisecond), so the reserve is kept small: a
+// caller waits nearly its whole deadline (at least 90% of it), as callers
+// of etcd's Mutex.Lock or Curator's acquire(time) expect. What it costs: a
+// withdrawal that needs a new leader (a failover in the reserve) does not
+// fit, and the session is abandoned.
+func settleReserve(grace, remaining time.Duration) time.Duration {
+	return max(0, min(grace/4, remaining/10))
 }
 
 // settle withdraws the acquire seq after its caller stopped waiting, and

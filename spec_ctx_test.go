@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock"
 )
 
 // Calls made with a context that has already ended return its error
@@ -65,6 +67,52 @@ func TestSpecEndedContext(t *testing.T) {
 			}
 			if info, err := tc.o.Holder(ctx, "held"); err != nil || info.Holder != s.ID() {
 				t.Errorf("held after a Release with an ended ctx: %+v, %v", info, err)
+			}
+		})
+	}
+}
+
+// An Acquire with a deadline waits for the lock nearly until that
+// deadline, as callers of etcd's Mutex.Lock or Curator's acquire(time)
+// expect: a lock released 60% of the way through a 2 s wait is granted.
+// (Acquire once stopped waiting half the remaining time early, to keep
+// that time for settling its outcome, and returned DeadlineExceeded at
+// 1 s here.)
+// The cluster and the client have the default 1 s election timeout.
+func TestSpecAcquireWaitsNearlyItsWholeDeadline(t *testing.T) {
+	nodes := specCluster(t, 3, func(c *quorumlock.Config) { c.TickInterval = 100 * time.Millisecond })
+	lead := specLeader(t, nodes)
+	client, err := quorumlock.Dial(testCtx(t, 10*time.Second), specAddrs(nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	for _, tc := range []struct {
+		name string
+		o    opener
+	}{{"follower", nodes[(lead+1)%len(nodes)]}, {"client", client}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 20*time.Second)
+			holder := specSession(ctx, t, tc.o)
+			waiter := specSession(ctx, t, tc.o)
+			l, err := holder.Acquire(ctx, "lock")
+			if err != nil {
+				t.Fatal(err)
+			}
+			const wait, releaseAt = 2 * time.Second, 1200 * time.Millisecond
+			released := make(chan error, 1)
+			time.AfterFunc(releaseAt, func() { released <- l.Release(ctx) })
+			wctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			got, err := waiter.Acquire(wctx, "lock")
+			if err != nil {
+				t.Fatalf("Acquire with a %v deadline, the lock released after %v: %v", wait, releaseAt, err)
+			}
+			if err := <-released; err != nil {
+				t.Fatal(err)
+			}
+			if got.Token() <= l.Token() {
+				t.Fatalf("token %d after %d", got.Token(), l.Token())
 			}
 		})
 	}

@@ -94,10 +94,10 @@ func acquireInterruptibly(ctx context.Context, s *quorumlock.Session, name strin
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if wait > 0 {
-		// A timer, not a deadline: Acquire stops waiting up to half the
-		// time before a deadline to settle its outcome within it, so a
-		// deadline would give up early (after 0.5s of -wait 1s). Cancelled,
-		// it waits the whole time and then settles.
+		// A timer, not a deadline: Acquire stops waiting up to a tenth
+		// of the time before a deadline to settle its outcome within it,
+		// so a deadline would give up early (after 0.9s of -wait 1s).
+		// Cancelled, it waits the whole time and then settles.
 		t := time.AfterFunc(wait, func() { cancel(errWaitOver) })
 		defer t.Stop()
 	}
