@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -339,5 +340,69 @@ func reexecAsNobody(t *testing.T, name string) {
 	t.Logf("as nobody:\n%s", out)
 	if err != nil {
 		t.Fatalf("as nobody: %v", err)
+	}
+}
+
+// TestReviewCSecondStartOnSameDataDir: while a replica runs, a second
+// Start on its data directory (same process, same config but another
+// listener) fails, on each backend: two replicas writing one log would
+// corrupt it.
+func TestReviewCSecondStartOnSameDataDir(t *testing.T) {
+	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
+		t.Run(string(backend), func(t *testing.T) {
+			dir := t.TempDir()
+			n, err := quorumlock.Start(testCtx(t, 10*time.Second), singleConfig(t, dir, backend))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			if n2, err := quorumlock.Start(testCtx(t, 10*time.Second), singleConfig(t, dir, backend)); err == nil {
+				n2.HardClose()
+				t.Fatal("a second replica started on a data directory in use")
+			} else {
+				t.Logf("refused: %v", err)
+			}
+		})
+	}
+}
+
+// TestReviewCTickIntervalOutOfRangeNamed: a TickInterval that no
+// ElectionTicks can make valid (the election timeout, at least 3 ticks,
+// must stay below half the SessionTTL) is refused naming TickInterval, the
+// field that is out of range, not ElectionTicks, which the caller left at
+// its default.
+func TestReviewCTickIntervalOutOfRangeNamed(t *testing.T) {
+	for _, tc := range []struct {
+		tick time.Duration
+		ttl  time.Duration
+	}{
+		{time.Hour, 0},
+		{1 << 62, 0},
+		{2 * time.Second, 0},                  // default TTL 10 s: 3 ticks = 6 s
+		{200 * time.Millisecond, time.Second}, // 3 ticks = 0.6 s
+	} {
+		cfg := quorumlock.Config{
+			ID:           1,
+			Peers:        map[uint64]string{1: "127.0.0.1:1"},
+			DataDir:      t.TempDir(),
+			TickInterval: tc.tick,
+			SessionTTL:   tc.ttl,
+		}
+		n, err := quorumlock.Start(testCtx(t, 5*time.Second), cfg)
+		if err == nil {
+			n.HardClose()
+			t.Fatalf("TickInterval %v: accepted", tc.tick)
+		}
+		if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "TickInterval") {
+			t.Errorf("TickInterval %v, SessionTTL %v: %v; want ErrInvalidConfig naming TickInterval", tc.tick, tc.ttl, err)
+		}
+	}
+	// The largest tick that can work still starts the check on ElectionTicks.
+	cfg := quorumlock.Config{
+		ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1"}, DataDir: t.TempDir(),
+		TickInterval: time.Second, SessionTTL: 10 * time.Second,
+	}
+	if _, err := quorumlock.Start(testCtx(t, 5*time.Second), cfg); !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "ElectionTicks") {
+		t.Errorf("TickInterval 1s with the default 10 ticks and SessionTTL 10s: %v; want ErrInvalidConfig naming ElectionTicks", err)
 	}
 }
