@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -404,5 +405,30 @@ func TestReviewCTickIntervalOutOfRangeNamed(t *testing.T) {
 	}
 	if _, err := quorumlock.Start(testCtx(t, 5*time.Second), cfg); !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "ElectionTicks") {
 		t.Errorf("TickInterval 1s with the default 10 ticks and SessionTTL 10s: %v; want ErrInvalidConfig naming ElectionTicks", err)
+	}
+}
+
+// TestReviewCMetricsConflictNamesField: a second replica with the same
+// member ID registering in the same Prometheus registry fails Start with
+// ErrInvalidConfig naming the field, Metrics, like every other bad Config
+// field (DESIGN.md, "Bad input").
+func TestReviewCMetricsConflictNamesField(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := singleConfig(t, t.TempDir(), quorumlock.LogPebble)
+	cfg.Metrics = reg
+	n, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	cfg2 := singleConfig(t, t.TempDir(), quorumlock.LogPebble)
+	cfg2.Metrics = reg
+	n2, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg2)
+	if err == nil {
+		n2.Close()
+		t.Fatal("a second member 1 registered in the same registry")
+	}
+	if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "Metrics") {
+		t.Fatalf("%v; want ErrInvalidConfig naming Metrics", err)
 	}
 }
