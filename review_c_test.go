@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -430,5 +431,67 @@ func TestReviewCMetricsConflictNamesField(t *testing.T) {
 	}
 	if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "Metrics") {
 		t.Fatalf("%v; want ErrInvalidConfig naming Metrics", err)
+	}
+}
+
+// TestReviewCReplicaOfAnotherClusterOnAMembersAddress: a replica of
+// another cluster (same member IDs, another ClusterName) started on the
+// address of a stopped member, with its own data directory, is refused by
+// the peer handshake: it never learns a leader or joins the log, the
+// cluster goes on in the same term (its campaigns do not disturb it), and
+// the rightful member rejoins once the stranger is gone.
+func TestReviewCReplicaOfAnotherClusterOnAMembersAddress(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: time.Minute})
+	lead := c.WaitLeader(10 * time.Second)
+	victim := follower(c, lead)
+	c.Stop(victim)
+	s := newSession(t, c.Node(lead), quorumlock.WithTTL(time.Minute))
+	l := mustAcquire(t, s, "before")
+	term := c.Node(lead).Status().Term
+
+	cfg := c.Config(victim)
+	cfg.ClusterName = "stranger"
+	cfg.DataDir = t.TempDir()
+	var lis net.Listener
+	var err error
+	for range 100 {
+		if lis, err = net.Listen("tcp", c.Peers()[victim]); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listener = lis
+	stranger, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Several election timeouts: the stranger campaigns, the cluster works.
+	deadline := time.Now().Add(10 * c.ElectionTimeout())
+	for i := 0; time.Now().Before(deadline); i++ {
+		mustAcquire(t, s, fmt.Sprint("during-", i))
+		time.Sleep(c.ElectionTimeout() / 2)
+	}
+	if st := stranger.Status(); st.Leader != 0 || st.Commit > 3 {
+		t.Errorf("the stranger joined: %+v", st)
+	}
+	if got := c.Node(lead).Status(); got.Term != term || got.Leader != lead {
+		t.Errorf("the cluster was disturbed: leader %d term %d, was %d term %d", got.Leader, got.Term, lead, term)
+	}
+	if err := stranger.HardClose(); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(victim)
+	deadline = time.Now().Add(10 * time.Second)
+	for c.Node(victim).Status().Applied < c.Node(lead).Status().Commit {
+		if time.Now().After(deadline) {
+			t.Fatalf("the rightful member did not catch up: %+v vs %+v", c.Node(victim).Status(), c.Node(lead).Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if info := holder(t, c.Node(victim), "before"); info.Holder != s.ID() || info.Token != l.Token() {
+		t.Fatalf("after the stranger: %+v, want session %d token %d", info, s.ID(), l.Token())
 	}
 }
