@@ -495,3 +495,37 @@ func TestReviewCReplicaOfAnotherClusterOnAMembersAddress(t *testing.T) {
 		t.Fatalf("after the stranger: %+v, want session %d token %d", info, s.ID(), l.Token())
 	}
 }
+
+// TestReviewCBackendMismatchBothWays: a data directory written with one
+// LogBackend is refused (ErrInvalidConfig naming LogBackend) to the other,
+// in both directions, without touching it: the rightful backend then
+// restarts on it with every acknowledged lock.
+func TestReviewCBackendMismatchBothWays(t *testing.T) {
+	for _, tc := range []struct{ made, asked quorumlock.LogBackend }{
+		{quorumlock.LogWAL, quorumlock.LogPebble},
+		{quorumlock.LogPebble, quorumlock.LogWAL},
+	} {
+		t.Run(string(tc.made)+"-as-"+string(tc.asked), func(t *testing.T) {
+			dir := t.TempDir()
+			session, tokens := populate(t, dir, tc.made, 3)
+			n, err := quorumlock.Start(testCtx(t, 10*time.Second), singleConfig(t, dir, tc.asked))
+			if err == nil {
+				n.HardClose()
+				t.Fatal("started on the other backend's data directory")
+			}
+			if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "LogBackend") {
+				t.Fatalf("%v; want ErrInvalidConfig naming LogBackend", err)
+			}
+			n, err = quorumlock.Start(testCtx(t, 10*time.Second), singleConfig(t, dir, tc.made))
+			if err != nil {
+				t.Fatalf("the rightful backend cannot restart: %v", err)
+			}
+			defer n.Close()
+			for name, tok := range tokens {
+				if info := holder(t, n, name); info.Holder != session || info.Token != tok {
+					t.Fatalf("%s: %+v, want session %d token %d", name, info, session, tok)
+				}
+			}
+		})
+	}
+}
