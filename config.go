@@ -70,8 +70,9 @@ type Config struct {
 	// must be above 2 s.
 	SessionTTL time.Duration
 
-	// TickInterval is the duration of one raft tick, at least 1 ms. The
-	// default is 100 ms.
+	// TickInterval is the duration of one raft tick, at least 1 ms and
+	// below SessionTTL/6 (so that an election timeout of 3 ticks, the
+	// fewest, is below half the SessionTTL). The default is 100 ms.
 	TickInterval time.Duration
 
 	// ElectionTicks is the raft election timeout in ticks (heartbeats go out
@@ -254,6 +255,12 @@ func (c *Config) validate() error {
 	}
 	if c.ElectionTicks < 3 {
 		return invalid("ElectionTicks", "%d is below 3", c.ElectionTicks)
+	}
+	if c.TickInterval > MaxSessionTTL/6 || 6*c.TickInterval >= c.SessionTTL {
+		// No ElectionTicks (at least 3) keeps the election timeout below
+		// half the SessionTTL: the tick itself is out of range. (The first
+		// test also keeps 6 x TickInterval from overflowing.)
+		return invalid("TickInterval", "%v is too long for SessionTTL %v: an election timeout of at least 3 ticks must be below half the SessionTTL", c.TickInterval, c.SessionTTL)
 	}
 	if int64(c.ElectionTicks) > int64(MaxSessionTTL/c.TickInterval) {
 		// Also keeps TickInterval x ElectionTicks from overflowing.

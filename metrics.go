@@ -133,7 +133,7 @@ func (m *nodeMetrics) register() error {
 			for _, done := range m.collectors[:i] {
 				m.reg.Unregister(done)
 			}
-			return fmt.Errorf("%w: registering metrics: %w", ErrInvalidConfig, err)
+			return fmt.Errorf("%w: Metrics: registering: %w", ErrInvalidConfig, err)
 		}
 	}
 	return nil

@@ -58,6 +58,10 @@ type life struct {
 
 type options struct {
 	snapshotEntries, catchUpEntries uint64
+	// wrapFS, if set, wraps each life's file system (replica id's) before
+	// its store opens on it: a test injects storage faults there. The
+	// crash images are still taken of the unwrapped file system.
+	wrapFS func(id uint64, fs vfs.FS) vfs.FS
 }
 
 type cluster struct {
@@ -117,7 +121,11 @@ func (c *cluster) start(r *replica) {
 	fs := r.fs
 	c.mu.Unlock()
 	r.lives++
-	st, err := pebblestore.Open(dataDir, pebblestore.Options{FS: fs})
+	var sfs vfs.FS = fs
+	if c.opt.wrapFS != nil {
+		sfs = c.opt.wrapFS(r.id, fs)
+	}
+	st, err := pebblestore.Open(dataDir, pebblestore.Options{FS: sfs})
 	if err != nil {
 		c.t.Fatalf("replica %d, life %d: opening its store: %v", r.id, r.lives, err)
 	}

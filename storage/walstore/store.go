@@ -103,6 +103,10 @@ var _ storage.LogStore = (*Store)(nil)
 // that fails its CRC or does not decode, a missing segment, or records that
 // disagree (for example a hard state committing past the last entry).
 //
+// Once everything checks, Open replaces META with itself (synced), so that a
+// store in a directory it cannot write (permissions, a read-only or full
+// file system) fails Open, rather than its first snapshot later.
+//
 // Open also fails when another Store has dir open (the LOCK file). The
 // caller owns the returned Store and must Close it.
 func Open(dir string, opts Options) (*Store, error) {
@@ -194,6 +198,13 @@ func (s *Store) load() error {
 		if t, _ := s.mem.term(m.snapIndex); t != m.snapTerm {
 			return corrupt(walDir, fmt.Errorf("entry %d has term %d, the snapshot at this index has term %d", m.snapIndex, t, m.snapTerm))
 		}
+	}
+	// Replace META with itself: a store that cannot replace it (a directory
+	// it may not write, a read-only or full file system) could not take or
+	// receive a snapshot, so it is refused now rather than stopping the
+	// replica at its first snapshot.
+	if err := s.writeMeta(m); err != nil {
+		return fmt.Errorf("walstore: %s: rewriting %s: %w", s.dir, metaName, err)
 	}
 	return nil
 }
