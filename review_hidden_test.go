@@ -1346,3 +1346,44 @@ func TestHiddenShortAcquireDuringOutageIsDefinite(t *testing.T) {
 		})
 	}
 }
+
+// A holder that never releases: every replica restarts (the holder's
+// session dies with its replica); after the restart the lock is granted
+// to a new session, once the cluster expires the old one, with a larger
+// token, and a Fence refuses the old token.
+func TestHiddenTokenAfterRestartWithoutRelease(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	ld := c.WaitLeader(10 * time.Second)
+	ctx := hidCtx(t, 60*time.Second)
+	s := hidSession(t, c.Node(ld))
+	old, err := s.Acquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := quorumlock.NewFence()
+	if err := fence.Admit("r", old.Token()); err != nil {
+		t.Fatal(err)
+	}
+	c.StopAll()
+	if !hidIsClosed(old.Lost()) {
+		t.Fatal("Lost open after the holder's replica stopped")
+	}
+	for _, id := range c.IDs() {
+		c.Restart(id)
+	}
+	nl := c.WaitLeader(15 * time.Second)
+	n := hidSession(t, c.Node(nl))
+	l, err := n.Acquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() <= old.Token() {
+		t.Fatalf("token %d after %d", l.Token(), old.Token())
+	}
+	if err := fence.Admit("r", l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Admit("r", old.Token()); !errors.Is(err, quorumlock.ErrStaleToken) {
+		t.Fatalf("old token admitted after the new one: %v", err)
+	}
+}
