@@ -45,8 +45,23 @@ var (
 	// effect: the caller's context ended after the request was sent and
 	// before an answer came, or (wrapping ErrLimit) a Release was refused
 	// while another copy of it may still apply. (Acquire never returns
-	// it: it settles the outcome first, see Session.Acquire.)
+	// it: it settles the outcome first, see Session.Acquire and
+	// ErrWithdrawPending.)
 	ErrUnknownOutcome = errors.New("quorumlock: outcome unknown")
+
+	// ErrWithdrawPending comes joined with the context's error from
+	// Acquire, TryAcquire and Elect when ctx ended before the call was
+	// answered and the cluster could not confirm the request's withdrawal
+	// in time (no leader: an election, a partition, no quorum). The
+	// caller does not hold the lock (or role). The session stays alive
+	// and keeps its other locks; it goes on withdrawing in the
+	// background and releases a grant that won the race. Until that is
+	// confirmed, Holder (Leader) may show the session queued or holding,
+	// which keeps the lock from every other session: mutual exclusion
+	// holds throughout. A later waiting Acquire of the same name by the
+	// session waits for the withdrawal first. (etcd's Mutex.Lock and
+	// Curator's acquire clean up after a cancelled wait the same way.)
+	ErrWithdrawPending = errors.New("quorumlock: withdrawal pending")
 
 	// ErrInvalidConfig is returned by Start for a bad Config field and by
 	// Dial for bad addresses or options; the message names the field or

@@ -87,13 +87,13 @@ func (h *heartbeater) loseAll(err error) {
 // for a cluster the closing side no longer talks to (a batch of
 // heartbeats, a session's close), and an Add after wait found the count
 // at zero would start a goroutine that nobody waits for (and misuse the
-// WaitGroup).
-func (h *heartbeater) background(f func()) {
+// WaitGroup). It reports whether it started f.
+func (h *heartbeater) background(f func()) bool {
 	h.mu.Lock()
 	select {
 	case <-h.closed:
 		h.mu.Unlock()
-		return
+		return false
 	default:
 	}
 	h.wg.Add(1)
@@ -102,6 +102,7 @@ func (h *heartbeater) background(f func()) {
 		defer h.wg.Done()
 		f()
 	}()
+	return true
 }
 
 // wait waits for the background goroutines; closed must be closed. Taking

@@ -143,8 +143,9 @@ func (s *Session) ID() uint64 { return s.id }
 func (s *Session) TTL() time.Duration { return s.ttl }
 
 // Done is closed when the session is over: closed, expired (or revoked) on
-// the cluster, its lease ran out on the client, abandoned (see Acquire), or
-// the Node or Client it was opened through closed.
+// the cluster, its lease ran out on the client, abandoned (an interrupted
+// Acquire whose withdrawal the cluster refused), or the Node or Client it
+// was opened through closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Err returns why the session ended (wrapping ErrSessionExpired or
@@ -400,11 +401,13 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // election timeout, a tenth of the remaining time) before ctx's deadline
 // (settling gets at least 50 ms, which may pass a deadline closer than
 // that); after a cancellation without a deadline it takes up to an
-// election timeout more. If the withdrawal cannot be confirmed in that
-// time (no quorum, or a leader lost in it), the session is abandoned: it
-// ends locally, stops heartbeating, and its grants and waits die with it
-// on the cluster; Acquire then returns an error wrapping both ctx's error
-// and ErrSessionExpired.
+// election timeout more. If the cluster cannot confirm the withdrawal in
+// that time (no leader: an election, a partition, no quorum), Acquire
+// returns ctx's error joined with ErrWithdrawPending: the caller does not
+// hold the lock, and the session, alive with its other locks, withdraws in
+// the background (releasing a grant that won the race) once a leader
+// answers. A leaderless window shorter than the TTL so costs a session
+// nothing, also when it calls Acquire meanwhile.
 //
 // Calls of one session for the same name share the session's place in the
 // queue: when one stops waiting while another still waits, it leaves the
@@ -414,7 +417,7 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // freed returns ErrNotHeld.
 //
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
-// ctx's error.
+// ctx's error (joined with ErrWithdrawPending, see above).
 func (s *Session) Acquire(ctx context.Context, name string) (*Lock, error) {
 	if err := checkName(name, s.names); err != nil {
 		return nil, err
@@ -490,6 +493,11 @@ func (s *Session) settledPlace(name string) {
 	if c.settlers--; c.settlers == 0 {
 		close(c.settled)
 		c.settled = nil
+		if c.n == 0 {
+			// A withdrawal that went on in the background after its
+			// call returned (settleLater).
+			delete(s.acquiring, name)
+		}
 	}
 }
 
@@ -504,7 +512,7 @@ func (s *Session) exitAcquire(name string, wait, left bool) {
 	if left {
 		c.leaving--
 	}
-	if c.n == 0 {
+	if c.n == 0 && c.settlers == 0 {
 		delete(s.acquiring, name)
 	}
 }
@@ -546,7 +554,14 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 	defer func() { s.exitAcquire(name, !try, left) }()
 	q := s.nextSeq()
 	seq := q.seq
-	defer s.finish(seq)
+	// handed: a settling that goes on in the background owns seq (and
+	// the place's withdrawal) from then on.
+	handed := false
+	defer func() {
+		if !handed {
+			s.finish(seq)
+		}
+	}()
 	// Stop waiting a little before the caller's deadline, so that settling
 	// the outcome fits within it.
 	resp, stopped, err := s.callUntil(ctx, s.waitUntil(ctx), q.request(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value}))
@@ -559,10 +574,16 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 				// This request only is taken back, so that a late copy of
 				// it (still on its way to the leader) cannot queue the
 				// session again after that.
-				return s.settle(ctx, "", seq)
+				var l *Lock
+				l, handed, err = s.settle(ctx, "", seq)
+				return l, err
 			}
-			defer s.settledPlace(name)
-			return s.settle(ctx, name, seq)
+			var l *Lock
+			l, handed, err = s.settle(ctx, name, seq)
+			if !handed {
+				s.settledPlace(name)
+			}
+			return l, err
 		}
 		return nil, err
 	}
@@ -606,21 +627,27 @@ func (s *Session) waitUntil(ctx context.Context) time.Time {
 // until the deadline. A withdrawal takes one commit round when the cluster
 // has a leader (about a millisecond), so the reserve is kept small: a
 // caller waits nearly its whole deadline (at least 90% of it), as callers
-// of etcd's Mutex.Lock or Curator's acquire(time) expect. What it costs: a
-// withdrawal that needs a new leader (a failover in the reserve) does not
-// fit, and the session is abandoned.
+// of etcd's Mutex.Lock or Curator's acquire(time) expect. A withdrawal
+// that needs a new leader (a failover in the reserve) does not fit; it
+// goes on in the background (ErrWithdrawPending).
 func settleReserve(grace, remaining time.Duration) time.Duration {
 	return max(0, min(grace/4, remaining/10))
 }
 
-// settle withdraws the acquire seq after its caller stopped waiting, and
-// reports the definite outcome: the grant, if it won the race, or ctx's
-// error with the request out of the queue. It has until ctx's deadline (at
-// least minSettle), or settleGrace after a cancellation. If the withdrawal
-// cannot be confirmed in that time, the session is abandoned. With an
-// empty name only the request is taken back (if not applied yet, it never
-// will be), and the session keeps its place in the queue.
-func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock, error) {
+// settle withdraws the acquire target after its caller stopped waiting,
+// and reports the outcome: the grant, if it won the race, or ctx's error
+// with the request out of the queue. It has until ctx's deadline (at least
+// minSettle), or settleGrace after a cancellation. If the withdrawal is not
+// answered in that time (no leader yet: an election, a partition), the
+// caller gets ctx's error all the same, and the withdrawal goes on in the
+// background (handed reports it: it then owns target's number and, with a
+// name, the withdrawal of the place, see settleLater): the session keeps
+// its other locks, which a leaderless window shorter than the TTL must not
+// cost it. With an empty name only the request is taken back (if not
+// applied yet, it never will be), and the session keeps its place in the
+// queue. A withdrawal the cluster refuses (a limit) abandons the session:
+// whether it is still queued is unknown.
+func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lock, handed bool, err error) {
 	budget := s.be.settleGrace()
 	if d, ok := ctx.Deadline(); ok {
 		budget = max(time.Until(d), minSettle)
@@ -629,28 +656,92 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (*Lock
 	defer cancel()
 	cause := waitCause(ctx)
 	q := s.nextSeq()
-	defer s.finish(q.seq)
-	resp, err := s.call(sctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name, Target: target}))
+	req := q.request(&lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name, Target: target})
+	resp, err := s.call(sctx, req)
 	if err != nil {
 		if end := s.Err(); end != nil {
-			return nil, errors.Join(cause, end)
+			s.finish(q.seq)
+			return nil, false, errors.Join(cause, end)
 		}
-		// Closing it (best effort, in the background) frees whatever it
-		// was granted as soon as the cluster can hear us.
-		s.end(errAbandoned, true)
-		return nil, errors.Join(cause, errAbandoned)
+		if s.settleLater(name, target, q.seq, req) {
+			return nil, true, errors.Join(cause, ErrWithdrawPending)
+		}
+		// The Node or Client is closing: its sessions end with it, and
+		// the cluster frees what this one was granted.
+		s.finish(q.seq)
+		s.end(ErrClosed, false)
+		return nil, false, errors.Join(cause, s.Err())
 	}
+	s.finish(q.seq)
 	switch resp.GetCode() {
 	case lockpb.Code_CODE_OK:
-		return s.granted(name, Token(resp.GetToken()))
+		l, err := s.granted(name, Token(resp.GetToken()))
+		return l, false, err
 	case lockpb.Code_CODE_WITHDRAWN:
-		return nil, cause
+		return nil, false, cause
 	}
 	// Refused (a limit): whether the session is still queued is unknown,
 	// so it cannot be trusted to hold what it believes; ending it frees
 	// whatever the cluster grants it.
 	s.end(errAbandoned, true)
-	return nil, fmt.Errorf("%w (the withdrawal was answered %s)", errors.Join(cause, errAbandoned), resp.GetCode())
+	return nil, false, fmt.Errorf("%w (the withdrawal was answered %s)", errors.Join(cause, errAbandoned), resp.GetCode())
+}
+
+// settleLater re-sends the withdrawal req (seq wseq) of the acquire
+// target in the background until the cluster answers it or the session
+// ends: the caller has been told it did not get the lock, so a grant that
+// won the race is released (by its token) rather than returned. Until then
+// target and wseq stay in flight, and a withdrawal of the place (a name)
+// keeps new waiting calls of the name waiting (settledPlace), as it does
+// while the caller settles. It reports false if the Node or Client is
+// closing (nothing started).
+func (s *Session) settleLater(name string, target, wseq uint64, req *lockpb.Request) bool {
+	return s.hb.background(func() {
+		defer s.finish(target)
+		defer s.finish(wseq)
+		if name != "" {
+			defer s.settledPlace(name)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		defer context.AfterFunc(chanCtx(s.hb.closed), cancel)()
+		resp, err := s.call(ctx, req)
+		if err != nil {
+			return // the session ended: the cluster frees what it held
+		}
+		switch resp.GetCode() {
+		case lockpb.Code_CODE_WITHDRAWN:
+			return
+		case lockpb.Code_CODE_OK:
+			s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
+			return
+		}
+		s.end(errAbandoned, true)
+	})
+}
+
+// releaseUnwanted releases the grant t of name that a settling found after
+// its caller had been told it did not get the lock, unless another call of
+// the session holds that grant now (acquiring a held lock returns it).
+// From here on, an answer with grant t is refused as one freed by a
+// concurrent Release (granted).
+func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
+	s.mu.Lock()
+	if l := s.locks[name]; l != nil && l.token == t {
+		s.mu.Unlock()
+		return
+	}
+	if c := s.acquiring[name]; c != nil {
+		c.released = max(c.released, t)
+	}
+	s.mu.Unlock()
+	q := s.nextSeq()
+	defer s.finish(q.seq)
+	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Name: name, Token: uint64(t)}))
+	if err == nil && resp.GetCode() == lockpb.Code_CODE_LIMIT {
+		// Refused: the session would hold a lock nobody knows of.
+		s.end(errAbandoned, true)
+	}
 }
 
 // waitCause is the error of an acquire that stopped waiting under ctx:

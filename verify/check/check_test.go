@@ -184,3 +184,39 @@ func TestSlowRecoveryIsCaught(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// An acquire that returned ErrWithdrawPending (ambiguous, plus the
+// background withdrawal's release of whatever grant it made, token 0):
+// its grant may be seen by a read and is then freed without a release by
+// the client, and another session takes the lock.
+func TestWithdrawPendingGrantReleasedPasses(t *testing.T) {
+	b := newHist()
+	b.session(1, 5000)
+	b.session(2, 5000)
+	b.op(history.Acquire, 1, history.Ambiguous, 0, 0, -1)
+	b.op(history.Release, 1, history.Ambiguous, 0, 30, -1)
+	b.read(1, 11, 40, 45, false)
+	b.op(history.Try, 2, history.Locked, 0, 50, 55)
+	b.op(history.Acquire, 2, history.OK, 20, 60, 70)
+	b.read(2, 20, 100, 110, true)
+	want(t, fired(t, b))
+}
+
+// The background withdrawal's release frees only a grant that no acquire
+// of the session returned: a grant the client was told of (an OK
+// acquire) stays held, so another session granted the lock meanwhile is
+// a double grant.
+func TestWithdrawPendingReleaseKeepsAcknowledgedGrant(t *testing.T) {
+	b := newHist()
+	b.session(1, 5000)
+	b.session(2, 5000)
+	b.op(history.Acquire, 1, history.OK, 11, 0, 10)
+	b.op(history.Acquire, 1, history.Ambiguous, 0, 20, -1)
+	b.op(history.Release, 1, history.Ambiguous, 0, 30, -1)
+	b.op(history.Acquire, 2, history.OK, 20, 40, 50)
+	b.read(2, 20, 100, 110, true)
+	got := fired(t, b)
+	if !slices.Contains(got, Linearizable) {
+		t.Fatalf("fired %v, want %s among them", got, Linearizable)
+	}
+}

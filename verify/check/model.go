@@ -32,6 +32,10 @@ type state struct {
 	token  uint64 // 0: granted by an ambiguous acquire, token not yet seen
 	floor  uint64 // highest token known to have been granted
 	dead   string // bitset of ended sessions (by input.Bit)
+	// amb: the grant was made by an ambiguous acquire and no acquire of
+	// its session has returned it since (a withdrawal's release may free
+	// it: see step).
+	amb bool
 }
 
 func (s state) isDead(bit int) bool {
@@ -62,7 +66,11 @@ func (s state) withDead(bit int) state {
 //   - end(s): the session ends; its lock, if it holds it, is freed;
 //   - ambiguous acquire: if the session is alive and the lock free, grants
 //     it (token unknown until a read shows it); otherwise no effect;
-//   - ambiguous release(T): frees the lock if the session holds it under T.
+//   - ambiguous release(T): frees the lock if the session holds it under T;
+//   - ambiguous release(0), the background withdrawal of an acquire that
+//     returned ErrWithdrawPending (it releases a grant that won the race):
+//     frees the lock if the session holds it by an ambiguous acquire that
+//     no acquire of the session has returned since.
 //
 // An ambiguous operation never returns, so the checker may place it at any
 // point after its call, including after everything else, where its effect
@@ -77,10 +85,11 @@ func step(st state, in input) (bool, state) {
 			}
 			if st.holder == in.Session {
 				if st.token == in.Token {
+					st.amb = false
 					return true, st
 				}
 				if st.token == 0 && in.Token > st.floor {
-					st.token, st.floor = in.Token, in.Token
+					st.token, st.floor, st.amb = in.Token, in.Token, false
 					return true, st
 				}
 				return false, st
@@ -88,32 +97,38 @@ func step(st state, in input) (bool, state) {
 			if st.holder != 0 || in.Token <= st.floor {
 				return false, st
 			}
-			st.holder, st.token, st.floor = in.Session, in.Token, in.Token
+			st.holder, st.token, st.floor, st.amb = in.Session, in.Token, in.Token, false
 			return true, st
 		case history.Locked:
 			return st.holder != 0 && st.holder != in.Session && !st.isDead(in.Bit), st
 		case history.Ambiguous:
 			if st.holder == 0 && !st.isDead(in.Bit) {
-				st.holder, st.token = in.Session, 0
+				st.holder, st.token, st.amb = in.Session, 0, true
 			}
 			return true, st
 		default: // cancelled
 			return true, st
 		}
 	case history.Release:
+		if in.Token == 0 {
+			if in.Outcome == history.Ambiguous && st.holder == in.Session && st.amb {
+				st.holder, st.token, st.floor, st.amb = 0, 0, max(st.floor, st.token), false
+			}
+			return in.Outcome == history.Ambiguous, st
+		}
 		holds := st.holder == in.Session && (st.token == in.Token || st.token == 0)
 		switch in.Outcome {
 		case history.OK:
 			if !holds || st.isDead(in.Bit) {
 				return false, st
 			}
-			st.holder, st.token, st.floor = 0, 0, max(st.floor, in.Token)
+			st.holder, st.token, st.floor, st.amb = 0, 0, max(st.floor, in.Token), false
 			return true, st
 		case history.NotHeld:
 			return !(st.holder == in.Session && st.token == in.Token), st
 		default: // ambiguous
 			if holds {
-				st.holder, st.token, st.floor = 0, 0, max(st.floor, in.Token)
+				st.holder, st.token, st.floor, st.amb = 0, 0, max(st.floor, in.Token), false
 			}
 			return true, st
 		}
@@ -135,7 +150,7 @@ func step(st state, in input) (bool, state) {
 	case kindEnd:
 		st = st.withDead(in.Bit)
 		if st.holder == in.Session {
-			st.holder, st.token = 0, 0
+			st.holder, st.token, st.amb = 0, 0, false
 		}
 		return true, st
 	}
@@ -152,7 +167,7 @@ var lockModel = porcupine.Model{
 	Hash: func(s interface{}) uint64 {
 		st := s.(state)
 		h := fnv.New64a()
-		fmt.Fprintf(h, "%d/%d/%d/%s", st.holder, st.token, st.floor, st.dead)
+		fmt.Fprintf(h, "%d/%d/%d/%s/%t", st.holder, st.token, st.floor, st.dead, st.amb)
 		return h.Sum64()
 	},
 	DescribeOperation: func(in, _ interface{}) string {
@@ -166,6 +181,9 @@ var lockModel = porcupine.Model{
 		case kindEnd:
 			return fmt.Sprintf("end s%d", i.Session)
 		case history.Release:
+			if i.Token == 0 {
+				return fmt.Sprintf("s%d release of a withdrawn acquire's grant -> %s", i.Session, i.Outcome)
+			}
 			return fmt.Sprintf("s%d release t%d -> %s", i.Session, i.Token, i.Outcome)
 		default:
 			if i.Outcome == history.OK {

@@ -252,7 +252,15 @@ func (w *workload) acquire(client int, rnd *rand.Rand, ts *trackedSession, name 
 		// The session ended before or while the request was out: it may
 		// have been applied.
 		op.Outcome, op.Return = history.Ambiguous, history.Open
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, quorumlock.ErrWithdrawPending):
+		// Not granted to the caller, but the withdrawal goes on in the
+		// background: the acquire may still queue and be granted, and
+		// such a grant is then released (token 0: the model's release of
+		// a grant no acquire of the session returned), after the call
+		// returned.
+		w.h.Add(history.Op{Client: client, Kind: history.Release, Lock: name, Session: s.ID(), Via: ts.rec.Via,
+			Outcome: history.Ambiguous, Call: op.Return, Return: history.Open, Err: "background withdrawal"})
+		op.Outcome, op.Return = history.Ambiguous, history.Open
 		// Settled: withdrawn, neither granted nor queued.
 		op.Outcome = history.Cancelled
 	default:
