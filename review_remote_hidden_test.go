@@ -1118,3 +1118,71 @@ func TestHiddenRemoteDialBadInput(t *testing.T) {
 		}
 	}
 }
+
+// Releases, TryAcquires and a Close of another session in flight when the
+// client's replica (the leader) dies each take effect once and report
+// their original outcome: a re-sent Release that was applied before the
+// loss still returns nil, not ErrNotHeld.
+func TestHiddenRemoteInFlightReleaseDefinite(t *testing.T) {
+	nodes := rbCluster(t, 3, nil)
+	lead := rbLeader(t, nodes)
+	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := rbCtx(t, 60*time.Second)
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl2, err := closing.Acquire(ctx, "closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	held := make([]*quorumlock.Lock, n)
+	for i := range n {
+		if held[i], err = s.Acquire(ctx, fmt.Sprintf("r%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relErr := make([]error, n)
+	tries := make([]*quorumlock.Lock, n)
+	tryErr := make([]error, n)
+	var closeErr error
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { relErr[i] = held[i].Release(ctx) })
+		wg.Go(func() { tries[i], tryErr[i] = s.TryAcquire(ctx, fmt.Sprintf("t%02d", i)) })
+	}
+	wg.Go(func() { closeErr = closing.Close(ctx) })
+	time.Sleep(time.Millisecond)
+	nodes[lead].HardClose()
+	wg.Wait()
+	newLead := rbLeader(t, nodes, lead)
+	for i := range n {
+		if relErr[i] != nil {
+			t.Errorf("Release r%02d across the loss: %v", i, relErr[i])
+		}
+		if info, err := nodes[newLead].Holder(ctx, fmt.Sprintf("r%02d", i)); err != nil || info.Holder != 0 {
+			t.Errorf("r%02d after Release: %+v %v", i, info, err)
+		}
+		if tryErr[i] != nil {
+			t.Errorf("TryAcquire t%02d across the loss: %v", i, tryErr[i])
+			continue
+		}
+		if info, err := nodes[newLead].Holder(ctx, fmt.Sprintf("t%02d", i)); err != nil || info.Holder != s.ID() || info.Token != tries[i].Token() {
+			t.Errorf("t%02d: %+v %v, returned token %d", i, info, err, tries[i].Token())
+		}
+	}
+	if closeErr != nil {
+		t.Errorf("Close across the loss: %v", closeErr)
+	}
+	if !rbClosed(cl2.Lost()) {
+		t.Error("closed session's lock not lost")
+	}
+	if info, err := nodes[newLead].Holder(ctx, "closing"); err != nil || info.Holder != 0 {
+		t.Errorf("closed session's lock: %+v %v", info, err)
+	}
+}
