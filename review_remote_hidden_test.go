@@ -1186,3 +1186,228 @@ func TestHiddenRemoteInFlightReleaseDefinite(t *testing.T) {
 		t.Errorf("closed session's lock: %+v %v", info, err)
 	}
 }
+
+// rbNet lets a test pause a replica (no byte in or out of any of its
+// connections, as under SIGSTOP) or cut it off from its peers (clients
+// still reach it), using only Config.Listener and Config.Dialer.
+type rbNet struct {
+	mu       sync.Mutex
+	wake     chan struct{} // closed and replaced on every change
+	paused   map[uint64]bool
+	isolated map[uint64]bool
+	ids      map[string]uint64 // peer address -> ID
+}
+
+func newRBNet() *rbNet {
+	return &rbNet{wake: make(chan struct{}), paused: map[uint64]bool{}, isolated: map[uint64]bool{}, ids: map[string]uint64{}}
+}
+
+func (n *rbNet) set(m map[uint64]bool, id uint64, on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m[id] = on
+	close(n.wake)
+	n.wake = make(chan struct{})
+}
+
+func (n *rbNet) pause(id uint64, on bool)   { n.set(n.paused, id, on) }
+func (n *rbNet) isolate(id uint64, on bool) { n.set(n.isolated, id, on) }
+
+type rbConn struct {
+	net.Conn
+	n      *rbNet
+	frozen func() bool // called with n.mu held
+	closed chan struct{}
+	once   sync.Once
+}
+
+// hold blocks while the connection is frozen.
+func (c *rbConn) hold() error {
+	for {
+		c.n.mu.Lock()
+		f, w := c.frozen(), c.n.wake
+		c.n.mu.Unlock()
+		if !f {
+			return nil
+		}
+		select {
+		case <-w:
+		case <-c.closed:
+			return net.ErrClosed
+		}
+	}
+}
+
+func (c *rbConn) Read(p []byte) (int, error) {
+	if err := c.hold(); err != nil {
+		return 0, err
+	}
+	k, err := c.Conn.Read(p)
+	// Bytes that arrived while frozen are delivered after the thaw.
+	if herr := c.hold(); herr != nil {
+		return 0, herr
+	}
+	return k, err
+}
+
+func (c *rbConn) Write(p []byte) (int, error) {
+	if err := c.hold(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *rbConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+type rbListener struct {
+	net.Listener
+	n  *rbNet
+	id uint64
+}
+
+func (l *rbListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &rbConn{Conn: c, n: l.n, closed: make(chan struct{}), frozen: func() bool { return l.n.paused[l.id] }}, nil
+}
+
+// configure wires c's replica into the network.
+func (n *rbNet) configure(c *quorumlock.Config) {
+	id := c.ID
+	n.mu.Lock()
+	for pid, a := range c.Peers {
+		n.ids[a] = pid
+	}
+	n.mu.Unlock()
+	c.Listener = &rbListener{Listener: c.Listener, n: n, id: id}
+	c.Dialer = func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		raw, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		to := n.ids[addr]
+		n.mu.Unlock()
+		return &rbConn{Conn: raw, n: n, closed: make(chan struct{}), frozen: func() bool {
+			return n.paused[id] || n.paused[to] || n.isolated[id] || n.isolated[to]
+		}}, nil
+	}
+}
+
+// The client's replica (the leader) is paused (as by SIGSTOP) or cut off
+// from its peers while the client holds a lock and waits for another: the
+// client moves to the new leader, its session and lock survive, new calls
+// work, and the waiting Acquire is granted when the holder releases, well
+// before gRPC keepalive (10-20 s) would notice the paused replica.
+func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
+	for _, mode := range []string{"paused", "cut off"} {
+		t.Run(mode, func(t *testing.T) {
+			nw := newRBNet()
+			nodes := rbCluster(t, 3, nw.configure)
+			lead := rbLeader(t, nodes)
+			f := nodes[(lead+1)%3]
+			cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+			ctx := rbCtx(t, 60*time.Second)
+			h, err := f.NewSession(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hl, err := h.Acquire(ctx, "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := cl.NewSession(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.Acquire(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wl *quorumlock.Lock
+			waited := make(chan error, 1)
+			go func() {
+				var err error
+				wl, err = s.Acquire(ctx, "q")
+				waited <- err
+			}()
+			rbWait(t, 10*time.Second, "s queued", func() bool {
+				info, err := f.Holder(ctx, "q")
+				return err == nil && slices.Contains(info.Waiters, s.ID())
+			})
+			events := cl.Observe(ctx, "role")
+			select {
+			case ev := <-events:
+				if ev.Session != 0 {
+					t.Fatalf("first Observe event %+v", ev)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no first Observe event")
+			}
+			id := nodes[lead].ID()
+			if mode == "paused" {
+				nw.pause(id, true)
+			} else {
+				nw.isolate(id, true)
+			}
+			defer nw.pause(id, false)
+			defer nw.isolate(id, false)
+			newLead := rbLeader(t, nodes, lead)
+			// The holder, on a live replica, releases: s is next.
+			if err := hl.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-waited:
+				if err != nil {
+					t.Fatalf("waiting Acquire: %v", err)
+				}
+			case <-time.After(3 * rbTTL):
+				t.Fatalf("waiting Acquire not granted within %v of the release", 3*rbTTL)
+			}
+			info, err := nodes[newLead].Holder(ctx, "q")
+			if err != nil || info.Holder != s.ID() || info.Token != wl.Token() {
+				t.Fatalf("q: %+v %v, returned token %d", info, err, wl.Token())
+			}
+			c, cancel := context.WithTimeout(ctx, 3*rbTTL)
+			l2, err := s.Acquire(c, "y")
+			cancel()
+			if err != nil {
+				t.Fatalf("Acquire with the old leader %s: %v", mode, err)
+			}
+			c, cancel = context.WithTimeout(ctx, 3*rbTTL)
+			yi, err := cl.Holder(c, "y")
+			cancel()
+			if err != nil || yi.Token != l2.Token() {
+				t.Fatalf("client Holder: %+v %v", yi, err)
+			}
+			// The Observe stream, served by the old leader, moves too.
+			ld, err := f.Elect(ctx, "role", []byte("v"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			timeout := time.After(3 * rbTTL)
+		observed:
+			for {
+				select {
+				case ev := <-events:
+					if ev.Epoch == ld.Epoch() && ev.Session != 0 {
+						break observed
+					}
+				case <-timeout:
+					t.Fatalf("leadership not observed with the old leader %s", mode)
+				}
+			}
+			time.Sleep(rbTTL)
+			if rbClosed(s.Done()) || rbClosed(l.Lost()) {
+				t.Fatalf("session lost with the old leader %s: %v", mode, s.Err())
+			}
+		})
+	}
+}
