@@ -1411,3 +1411,160 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 		})
 	}
 }
+
+// Client.Close while the client's replica has just died and requests are
+// being re-sent: every call returns ErrClosed promptly, none hangs.
+func TestHiddenRemoteCloseDuringFailover(t *testing.T) {
+	nodes := rbCluster(t, 3, nil)
+	lead := rbLeader(t, nodes)
+	f := nodes[(lead+1)%3]
+	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := rbCtx(t, 60*time.Second)
+	h, err := f.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Acquire(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	errs := make(chan error, 2*n)
+	for i := range n {
+		go func() { _, err := s.Acquire(ctx, "busy"); errs <- err }()
+		go func() { _, err := s.Acquire(ctx, fmt.Sprintf("free%d", i)); errs <- err }()
+	}
+	rbWait(t, 10*time.Second, "queued", func() bool {
+		info, err := f.Holder(ctx, "busy")
+		return err == nil && slices.Contains(info.Waiters, s.ID())
+	})
+	nodes[lead].HardClose()
+	cl.Close()
+	timeout := time.After(10 * time.Second)
+	for range 2 * n {
+		select {
+		case err := <-errs:
+			if err != nil && !errors.Is(err, quorumlock.ErrClosed) {
+				t.Errorf("call across Close: %v; want nil or ErrClosed", err)
+			}
+		case <-timeout:
+			t.Fatal("a call hung after Client.Close")
+		}
+	}
+	if !errors.Is(s.Err(), quorumlock.ErrClosed) {
+		t.Errorf("session Err after Close: %v", s.Err())
+	}
+}
+
+// MaxSessions through the client: NewSession past the limit fails with
+// ErrLimit, as on a replica.
+func TestHiddenRemoteSessionLimit(t *testing.T) {
+	nodes := rbCluster(t, 1, func(c *quorumlock.Config) { c.MaxSessions = 2 })
+	rbLeader(t, nodes)
+	cl := rbDial(t, rbAddrs(nodes, 0))
+	ctx := rbCtx(t, 20*time.Second)
+	a, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[0].NewSession(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.NewSession(ctx); !errors.Is(err, quorumlock.ErrLimit) {
+		t.Fatalf("client NewSession past MaxSessions: %v", err)
+	}
+	if _, err := nodes[0].NewSession(ctx); !errors.Is(err, quorumlock.ErrLimit) {
+		t.Fatalf("replica NewSession past MaxSessions: %v", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.NewSession(ctx); err != nil {
+		t.Fatalf("NewSession after one closed: %v", err)
+	}
+}
+
+// Calls with a ctx that has already ended, or that ends while waiting,
+// give the same outcome on a remote session as on a replica's, and leave
+// nothing queued; Session.Close frees the session's locks for the next
+// waiter at once, with a larger token.
+func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
+	nodes := rbCluster(t, 3, nil)
+	lead := rbLeader(t, nodes)
+	f := nodes[(lead+1)%3]
+	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
+	ctx := rbCtx(t, 60*time.Second)
+	h, err := nodes[lead].NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]map[string]string{}
+	for _, o := range []struct {
+		name string
+		o    rbOpener
+	}{{"replica", f}, {"client", cl}} {
+		got := map[string]string{}
+		results[o.name] = got
+		p := o.name + "/"
+		hl, err := h.Acquire(ctx, p+"held")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := o.o.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err = s.Acquire(done, p+"held")
+		got["Acquire held, ended ctx"] = rbKind(err)
+		_, err = s.TryAcquire(done, p+"held")
+		got["TryAcquire held, ended ctx"] = rbKind(err)
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = s.Acquire(short, p+"held")
+		cancel()
+		got["Acquire held, deadline"] = rbKind(err)
+		got["session alive after deadline"] = fmt.Sprint(s.Err() == nil)
+		info, err := h.Acquire(ctx, p+"held") // the same grant: h holds it
+		if err != nil || info.Token() != hl.Token() {
+			t.Fatalf("re-acquire by the holder: %v %v", info, err)
+		}
+		hi, err := o.o.Holder(ctx, p+"held")
+		got["queued after ctx ended"] = fmt.Sprint(err != nil || len(hi.Waiters) != 0)
+
+		// Close frees s's lock for h, which waits.
+		sl, err := s.Acquire(ctx, p+"free")
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := make(chan *quorumlock.Lock, 1)
+		go func() {
+			l, err := h.Acquire(ctx, p+"free")
+			if err != nil {
+				t.Error(err)
+			}
+			granted <- l
+		}()
+		rbWait(t, 10*time.Second, "h queued", func() bool {
+			i, err := o.o.Holder(ctx, p+"free")
+			return err == nil && slices.Contains(i.Waiters, h.ID())
+		})
+		got["Close"] = rbKind(s.Close(ctx))
+		select {
+		case l := <-granted:
+			got["next waiter granted with larger token"] = fmt.Sprint(l != nil && l.Token() > sl.Token())
+		case <-time.After(rbTTL / 2):
+			got["next waiter granted with larger token"] = "not within TTL/2"
+		}
+		got["Lost closed by Close"] = fmt.Sprint(rbClosed(sl.Lost()))
+	}
+	for k, v := range results["replica"] {
+		if results["client"][k] != v {
+			t.Errorf("%s: replica %s, client %s", k, v, results["client"][k])
+		}
+	}
+	t.Logf("%v", results["client"])
+}
