@@ -1568,3 +1568,78 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 	}
 	t.Logf("%v", results["client"])
 }
+
+// A candidate whose ctx ends while it waits never leads (through a replica
+// and through the client alike); an Acquire waiting when an operator
+// revokes its session returns ErrSessionExpired; Proclaim after Resign is
+// ErrNotHeld.
+func TestHiddenRemoteElectWithdrawAndRevokeWaiter(t *testing.T) {
+	nodes := rbCluster(t, 3, nil)
+	lead := rbLeader(t, nodes)
+	f := nodes[(lead+1)%3]
+	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
+	ctx := rbCtx(t, 60*time.Second)
+	for _, o := range []struct {
+		name string
+		o    rbOpener
+	}{{"replica", f}, {"client", cl}} {
+		role := o.name + "-role"
+		first, err := nodes[lead].Elect(ctx, role, []byte("first"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err = o.o.Elect(short, role, []byte("late"))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: Elect behind a leader with a short ctx: %v", o.name, err)
+		}
+		if err := first.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if li, err := o.o.Leader(ctx, role); !errors.Is(err, quorumlock.ErrNoLeader) {
+			t.Errorf("%s: after the leader resigned: %+v %v; the withdrawn candidate must not lead", o.name, li, err)
+		}
+		ld, err := o.o.Elect(ctx, role, []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Proclaim(ctx, []byte("w")); !errors.Is(err, quorumlock.ErrNotHeld) {
+			t.Errorf("%s: Proclaim after Resign: %v", o.name, err)
+		}
+
+		// A waiter whose session is revoked.
+		h, err := nodes[lead].NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Acquire(ctx, o.name+"-lock"); err != nil {
+			t.Fatal(err)
+		}
+		w, err := o.o.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { _, err := w.Acquire(ctx, o.name+"-lock"); got <- err }()
+		rbWait(t, 10*time.Second, "w queued", func() bool {
+			i, err := o.o.Holder(ctx, o.name+"-lock")
+			return err == nil && slices.Contains(i.Waiters, w.ID())
+		})
+		if err := cl.RevokeSession(ctx, w.ID()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Errorf("%s: waiting Acquire of a revoked session: %v", o.name, err)
+			}
+		case <-time.After(2 * rbTTL):
+			t.Errorf("%s: waiting Acquire of a revoked session did not return", o.name)
+		}
+		h.Close(ctx)
+	}
+}
