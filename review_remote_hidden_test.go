@@ -971,15 +971,23 @@ func TestHiddenRemoteExpiredOnClusterNotRenewed(t *testing.T) {
 // An Observe stream through the client survives the loss of the replica
 // serving it and reports the next leadership.
 func TestHiddenRemoteObserveAcrossReplicaLoss(t *testing.T) {
+	for _, withSession := range []bool{true, false} {
+		t.Run(fmt.Sprintf("session=%v", withSession), func(t *testing.T) { rbObserveAcrossLoss(t, withSession) })
+	}
+}
+
+func rbObserveAcrossLoss(t *testing.T, withSession bool) {
 	nodes := rbCluster(t, 3, nil)
 	lead := rbLeader(t, nodes)
 	a, b := nodes[(lead+1)%3], nodes[(lead+2)%3]
 	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 	ctx := rbCtx(t, 60*time.Second)
 	// A session on the client keeps its heartbeats (and so its idea of the
-	// leader) current.
-	if _, err := cl.NewSession(ctx); err != nil {
-		t.Fatal(err)
+	// leader) current; without one, the failed stream alone moves.
+	if withSession {
+		if _, err := cl.NewSession(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	events := cl.Observe(ctx, "r")
 	la, err := a.Elect(ctx, "r", []byte("a"))
