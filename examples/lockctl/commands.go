@@ -103,6 +103,9 @@ func locksCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(e.args) != 0 {
 			return errUsage
 		}
+		if err := checkLimit(*limit); err != nil {
+			return err
+		}
 		cl, err := e.dial(ctx)
 		if err != nil {
 			return err
@@ -159,6 +162,15 @@ func locksCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
+// checkLimit refuses a page size below 1: Client.Locks and Client.Sessions
+// would take 0 or less as their default of 100, not as what was asked.
+func checkLimit(n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: -limit %d: want 1 or more", errUsage, n)
+	}
+	return nil
+}
+
 // lockCursor is what to pass as Client.Locks' after to continue past e.
 func lockCursor(e quorumlock.LockEntry) string { return e.Cursor }
 
@@ -170,6 +182,9 @@ func sessionsCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		if len(e.args) != 0 {
 			return errUsage
+		}
+		if err := checkLimit(*limit); err != nil {
+			return err
 		}
 		cl, err := e.dial(ctx)
 		if err != nil {
