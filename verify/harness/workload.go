@@ -261,6 +261,7 @@ func (w *workload) acquire(client int, rnd *rand.Rand, ts *trackedSession, name 
 		w.h.Add(history.Op{Client: client, Kind: history.Release, Lock: name, Session: s.ID(), Via: ts.rec.Via,
 			Outcome: history.Ambiguous, Call: op.Return, Return: history.Open, Err: "background withdrawal"})
 		op.Outcome, op.Return = history.Ambiguous, history.Open
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		// Settled: withdrawn, neither granted nor queued.
 		op.Outcome = history.Cancelled
 	default:
