@@ -117,6 +117,14 @@ func acquireInterruptibly(ctx context.Context, s *quorumlock.Session, name strin
 	cause := context.Cause(actx)
 	if err != nil {
 		if errors.Is(cause, errWaitOver) {
+			switch {
+			case errors.Is(err, quorumlock.ErrWithdrawPending):
+				return nil, fmt.Errorf("lock %q: not granted within %v (no leader has confirmed that the session left the queue)", name, wait)
+			case s.Err() == nil && errors.Is(err, context.Canceled):
+				// The wait ran out and the session left the queue:
+				// "context canceled" would only confuse.
+				return nil, fmt.Errorf("lock %q: not granted within %v", name, wait)
+			}
 			return nil, fmt.Errorf("lock %q: not granted within %v: %w", name, wait, err)
 		}
 		if cause != nil {
