@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -22,55 +21,12 @@ import (
 	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
 
-// hidCtx is a test-bounded context.
-func hidCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// hidSession opens a session on n.
-func hidSession(t *testing.T, n *quorumlock.Node, opts ...quorumlock.SessionOption) *quorumlock.Session {
-	t.Helper()
-	s, err := n.NewSession(hidCtx(t, 15*time.Second), opts...)
-	if err != nil {
-		t.Fatalf("NewSession on %d: %v", n.ID(), err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = s.Close(ctx)
-	})
-	return s
-}
-
-// hidIsClosed reports whether c is closed, without waiting.
-func hidIsClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// hidFollower returns a running replica other than leader.
-func hidFollower(c *testcluster.Cluster, leader uint64) uint64 {
-	for _, id := range c.Running() {
-		if id != leader {
-			return id
-		}
-	}
-	return 0
-}
-
 // hidWaitWaiters waits until name's queue (Holder) lists want, in order.
 func hidWaitWaiters(t *testing.T, n *quorumlock.Node, name string, want []uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := n.Holder(hidCtx(t, 5*time.Second), name)
+		info, err := n.Holder(testCtx(t, 5*time.Second), name)
 		if err == nil && fmt.Sprint(info.Waiters) == fmt.Sprint(want) {
 			return
 		}
@@ -96,46 +52,16 @@ func hidAcquireAsync(ctx context.Context, s *quorumlock.Session, name string) <-
 	return ch
 }
 
-// hidDefaultCluster starts three replicas with quorumlock.Start and the
-// default Config (100 ms tick, 1 s election timeout, 10 s TTL), as a user
-// following the README would.
-func hidDefaultCluster(t *testing.T) []*quorumlock.Node {
-	t.Helper()
-	const size = 3
-	peers := make(map[uint64]string, size)
-	lis := make([]net.Listener, size)
-	for i := range size {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis[i] = l
-		peers[uint64(i+1)] = l.Addr().String()
-	}
-	nodes := make([]*quorumlock.Node, size)
-	for i := range size {
-		n, err := quorumlock.Start(context.Background(), quorumlock.Config{
-			ID: uint64(i + 1), Peers: peers, DataDir: t.TempDir(), Listener: lis[i],
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = n
-		t.Cleanup(func() { _ = n.HardClose() })
-	}
-	return nodes
-}
-
 // A waiter whose ctx has a 2 s deadline is granted the lock when the
 // holder releases it 800 ms in, with a larger token (issue 2: Acquire
 // "blocks, FIFO, until granted or ctx done").
 func TestHiddenWaiterGrantedWithinDeadline(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	f := hidFollower(c, ld)
-	holderS := hidSession(t, c.Node(ld))
-	waiterS := hidSession(t, c.Node(f))
-	l1, err := holderS.Acquire(hidCtx(t, 5*time.Second), "job")
+	f := follower(c, ld)
+	holderS := newSession(t, c.Node(ld))
+	waiterS := newSession(t, c.Node(f))
+	l1, err := holderS.Acquire(testCtx(t, 5*time.Second), "job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +69,7 @@ func TestHiddenWaiterGrantedWithinDeadline(t *testing.T) {
 	defer cancel()
 	res := hidAcquireAsync(wctx, waiterS, "job")
 	time.Sleep(800 * time.Millisecond)
-	if err := l1.Release(hidCtx(t, 5*time.Second)); err != nil {
+	if err := l1.Release(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	r := <-res
@@ -159,10 +85,12 @@ func TestHiddenWaiterGrantedWithinDeadline(t *testing.T) {
 // election timeout): a waiter with a 3 s deadline whose holder releases
 // 1.5 s in is granted.
 func TestHiddenWaiterGrantedWithinDeadlineDefaultConfig(t *testing.T) {
-	nodes := hidDefaultCluster(t)
-	holderS := hidSession(t, nodes[0])
-	waiterS := hidSession(t, nodes[1])
-	l1, err := holderS.Acquire(hidCtx(t, 10*time.Second), "job")
+	nodes := specCluster(t, 3, func(cfg *quorumlock.Config) {
+		cfg.TickInterval, cfg.ElectionTicks = 0, 0 // the defaults: 100 ms tick, 1 s election timeout, 10 s TTL
+	})
+	holderS := newSession(t, nodes[0])
+	waiterS := newSession(t, nodes[1])
+	l1, err := holderS.Acquire(testCtx(t, 10*time.Second), "job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +98,7 @@ func TestHiddenWaiterGrantedWithinDeadlineDefaultConfig(t *testing.T) {
 	defer cancel()
 	res := hidAcquireAsync(wctx, waiterS, "job")
 	time.Sleep(1500 * time.Millisecond)
-	if err := l1.Release(hidCtx(t, 5*time.Second)); err != nil {
+	if err := l1.Release(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	r := <-res
@@ -188,17 +116,17 @@ func TestHiddenFIFOOrder(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	c.WaitLeader(10 * time.Second)
 	ids := c.IDs()
-	holderS := hidSession(t, c.Node(ids[0]))
-	first, err := holderS.Acquire(hidCtx(t, 5*time.Second), "fifo")
+	holderS := newSession(t, c.Node(ids[0]))
+	first, err := holderS.Acquire(testCtx(t, 5*time.Second), "fifo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := hidCtx(t, 30*time.Second)
+	ctx := testCtx(t, 30*time.Second)
 	var waiters []*quorumlock.Session
 	var results []<-chan hidResult
 	var queued []uint64
 	for i := range 4 {
-		s := hidSession(t, c.Node(ids[i%len(ids)]))
+		s := newSession(t, c.Node(ids[i%len(ids)]))
 		waiters = append(waiters, s)
 		results = append(results, hidAcquireAsync(ctx, s, "fifo"))
 		queued = append(queued, s.ID())
@@ -206,7 +134,7 @@ func TestHiddenFIFOOrder(t *testing.T) {
 	}
 	prev := first
 	for i, s := range waiters {
-		if err := prev.Release(hidCtx(t, 5*time.Second)); err != nil {
+		if err := prev.Release(testCtx(t, 5*time.Second)); err != nil {
 			t.Fatalf("Release %d: %v", i, err)
 		}
 		r := <-results[i]
@@ -237,10 +165,10 @@ func TestHiddenFIFOOrder(t *testing.T) {
 func TestHiddenTryAcquireAndReacquire(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	f := hidFollower(c, ld)
-	a := hidSession(t, c.Node(ld))
-	b := hidSession(t, c.Node(f))
-	ctx := hidCtx(t, 20*time.Second)
+	f := follower(c, ld)
+	a := newSession(t, c.Node(ld))
+	b := newSession(t, c.Node(f))
+	ctx := testCtx(t, 20*time.Second)
 	la, err := a.Acquire(ctx, "res")
 	if err != nil {
 		t.Fatal(err)
@@ -281,9 +209,9 @@ func TestHiddenTryAcquireAndReacquire(t *testing.T) {
 func TestHiddenReleaseTwice(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	a := hidSession(t, c.Node(ld))
-	b := hidSession(t, c.Node(hidFollower(c, ld)))
-	ctx := hidCtx(t, 20*time.Second)
+	a := newSession(t, c.Node(ld))
+	b := newSession(t, c.Node(follower(c, ld)))
+	ctx := testCtx(t, 20*time.Second)
 	la, err := a.Acquire(ctx, "twice")
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +219,7 @@ func TestHiddenReleaseTwice(t *testing.T) {
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !hidIsClosed(la.Lost()) {
+	if !closed(la.Lost()) {
 		t.Fatal("Lost not closed after Release")
 	}
 	lb, err := b.Acquire(ctx, "twice")
@@ -305,7 +233,7 @@ func TestHiddenReleaseTwice(t *testing.T) {
 	if err != nil || info.Holder != b.ID() || info.Token != lb.Token() {
 		t.Fatalf("after a second Release of the old grant: %+v, %v", info, err)
 	}
-	if hidIsClosed(lb.Lost()) {
+	if closed(lb.Lost()) {
 		t.Fatal("new holder's Lost closed")
 	}
 }
@@ -320,43 +248,37 @@ func TestHiddenCutOffReplicaLosesLockFirst(t *testing.T) {
 		t.Run(fmt.Sprintf("onLeader=%v", onLeader), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3})
 			ld := c.WaitLeader(10 * time.Second)
-			victim := hidFollower(c, ld)
+			victim := follower(c, ld)
 			if onLeader {
 				victim = ld
 			}
-			s := hidSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
-			ctx := hidCtx(t, 30*time.Second)
+			s := newSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
+			ctx := testCtx(t, 30*time.Second)
 			l, err := s.Acquire(ctx, "cut")
 			if err != nil {
 				t.Fatal(err)
 			}
-			var other uint64
-			for _, id := range c.IDs() {
-				if id != victim {
-					other = id
-					break
-				}
-			}
+			other := follower(c, victim)
 			c.Isolate(victim)
 			c.Node(other) // still running
 			// The waiter must use a replica in the majority.
-			o := hidSession(t, c.Node(other))
+			o := newSession(t, c.Node(other))
 			l2, err := o.Acquire(ctx, "cut")
 			if err != nil {
 				t.Fatalf("Acquire in the majority: %v", err)
 			}
 			// The check: when the new grant is seen, the old holder has
 			// already been told.
-			if !hidIsClosed(l.Lost()) {
+			if !closed(l.Lost()) {
 				t.Fatal("new holder granted while the cut-off holder's Lost is still open")
 			}
-			if !hidIsClosed(s.Done()) {
+			if !closed(s.Done()) {
 				t.Fatal("cut-off session's Done still open after its lock was granted elsewhere")
 			}
 			if l2.Token() <= l.Token() {
 				t.Fatalf("token %d after %d", l2.Token(), l.Token())
 			}
-			if err := l.Release(hidCtx(t, 5*time.Second)); !errors.Is(err, quorumlock.ErrSessionExpired) {
+			if err := l.Release(testCtx(t, 5*time.Second)); !errors.Is(err, quorumlock.ErrSessionExpired) {
 				t.Fatalf("Release after the session expired: %v, want ErrSessionExpired", err)
 			}
 			c.Heal()
@@ -364,7 +286,7 @@ func TestHiddenCutOffReplicaLosesLockFirst(t *testing.T) {
 			if err != nil || info.Holder != o.ID() || info.Token != l2.Token() {
 				t.Fatalf("holder after the stale Release: %+v, %v", info, err)
 			}
-			if _, err := s.Acquire(hidCtx(t, 5*time.Second), "other"); !errors.Is(err, quorumlock.ErrSessionExpired) {
+			if _, err := s.Acquire(testCtx(t, 5*time.Second), "other"); !errors.Is(err, quorumlock.ErrSessionExpired) {
 				t.Fatalf("Acquire on the expired session: %v, want ErrSessionExpired", err)
 			}
 		})
@@ -376,9 +298,9 @@ func TestHiddenCutOffReplicaLosesLockFirst(t *testing.T) {
 func TestHiddenReleaseAfterSessionClosed(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	a := hidSession(t, c.Node(ld))
-	b := hidSession(t, c.Node(hidFollower(c, ld)))
-	ctx := hidCtx(t, 20*time.Second)
+	a := newSession(t, c.Node(ld))
+	b := newSession(t, c.Node(follower(c, ld)))
+	ctx := testCtx(t, 20*time.Second)
 	la, err := a.Acquire(ctx, "closed")
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +310,7 @@ func TestHiddenReleaseAfterSessionClosed(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !hidIsClosed(la.Lost()) || !hidIsClosed(a.Done()) {
+	if !closed(la.Lost()) || !closed(a.Done()) {
 		t.Fatal("Lost/Done open after Close")
 	}
 	r := <-res
@@ -417,11 +339,11 @@ func TestHiddenTokensIncreaseAcrossFailoverAndRestart(t *testing.T) {
 	fence := quorumlock.NewFence()
 	take := func(n *quorumlock.Node, step string) {
 		t.Helper()
-		s, err := n.NewSession(hidCtx(t, 20*time.Second))
+		s, err := n.NewSession(testCtx(t, 20*time.Second))
 		if err != nil {
 			t.Fatalf("%s: NewSession: %v", step, err)
 		}
-		l, err := s.Acquire(hidCtx(t, 20*time.Second), "tok")
+		l, err := s.Acquire(testCtx(t, 20*time.Second), "tok")
 		if err != nil {
 			t.Fatalf("%s: Acquire: %v", step, err)
 		}
@@ -432,10 +354,10 @@ func TestHiddenTokensIncreaseAcrossFailoverAndRestart(t *testing.T) {
 			t.Fatalf("%s: fence: %v", step, err)
 		}
 		last = l.Token()
-		if err := l.Release(hidCtx(t, 10*time.Second)); err != nil {
+		if err := l.Release(testCtx(t, 10*time.Second)); err != nil {
 			t.Fatalf("%s: Release: %v", step, err)
 		}
-		_ = s.Close(hidCtx(t, 10*time.Second))
+		_ = s.Close(testCtx(t, 10*time.Second))
 	}
 	for i := range 3 {
 		take(c.Node(c.IDs()[i]), fmt.Sprintf("holder %d", i))
@@ -443,7 +365,7 @@ func TestHiddenTokensIncreaseAcrossFailoverAndRestart(t *testing.T) {
 	c.Stop(ld)
 	nl := c.WaitLeader(15 * time.Second)
 	take(c.Node(nl), "after leader crash")
-	take(c.Node(hidFollower(c, nl)), "after leader crash, on a follower")
+	take(c.Node(follower(c, nl)), "after leader crash, on a follower")
 	c.Restart(ld)
 	take(c.Node(ld), "on the restarted old leader")
 	c.StopAll()
@@ -499,21 +421,6 @@ func hidElectAsync(ctx context.Context, n *quorumlock.Node, role string, value s
 	return ch
 }
 
-// hidNextEvent returns the next Observe event within 10 s.
-func hidNextEvent(t *testing.T, ch <-chan quorumlock.LeaderInfo) quorumlock.LeaderInfo {
-	t.Helper()
-	select {
-	case ev, ok := <-ch:
-		if !ok {
-			t.Fatal("Observe channel closed")
-		}
-		return ev
-	case <-time.After(10 * time.Second):
-		t.Fatal("no Observe event within 10 s")
-	}
-	return quorumlock.LeaderInfo{}
-}
-
 // Three candidates on three replicas: one leads, Resign hands over to the
 // next with a larger epoch, Leader reports each, and ErrNoLeader once the
 // last resigns. Observe reports every leader with a "no leader" between
@@ -522,12 +429,12 @@ func TestHiddenElectResignLeaderObserve(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	c.WaitLeader(10 * time.Second)
 	ids := c.IDs()
-	ctx := hidCtx(t, 60*time.Second)
+	ctx := testCtx(t, 60*time.Second)
 	if _, err := c.Node(ids[0]).Leader(ctx, "scheduler"); !errors.Is(err, quorumlock.ErrNoLeader) {
 		t.Fatalf("Leader before any election: %v, want ErrNoLeader", err)
 	}
 	events := c.Node(ids[1]).Observe(ctx, "scheduler")
-	if ev := hidNextEvent(t, events); ev.HasLeader() {
+	if ev := nextEvent(t, events); ev.HasLeader() {
 		t.Fatalf("first Observe event: %+v, want no leader", ev)
 	}
 	first, err := c.Node(ids[0]).Elect(ctx, "scheduler", []byte("r1"))
@@ -559,7 +466,7 @@ func TestHiddenElectResignLeaderObserve(t *testing.T) {
 		if err := cur.Resign(ctx); err != nil {
 			t.Fatalf("Resign: %v", err)
 		}
-		if !hidIsClosed(cur.Done()) || cur.Context().Err() == nil {
+		if !closed(cur.Done()) || cur.Context().Err() == nil {
 			t.Fatal("Done/Context not ended by Resign")
 		}
 		r := <-pending[i]
@@ -584,7 +491,7 @@ func TestHiddenElectResignLeaderObserve(t *testing.T) {
 	// Observe: leader, none, leader, none, leader, none; epochs ascend.
 	var last quorumlock.Token
 	for i, ld := range leaders {
-		ev := hidNextEvent(t, events)
+		ev := nextEvent(t, events)
 		if !ev.HasLeader() || ev.Epoch != ld.Epoch() || ev.Session != ld.Session().ID() || string(ev.Value) != fmt.Sprintf("r%d", i+1) {
 			t.Fatalf("event %d: %+v, want leader epoch %d", i, ev, ld.Epoch())
 		}
@@ -592,7 +499,7 @@ func TestHiddenElectResignLeaderObserve(t *testing.T) {
 			t.Fatalf("epoch went from %d to %d", last, ev.Epoch)
 		}
 		last = ev.Epoch
-		ev = hidNextEvent(t, events)
+		ev = nextEvent(t, events)
 		if ev.HasLeader() || ev.Epoch < last {
 			t.Fatalf("event after leader %d: %+v, want no leader", i, ev)
 		}
@@ -612,9 +519,9 @@ func mustLeaderValue(t *testing.T, n *quorumlock.Node, ctx context.Context) []by
 func TestHiddenRoleNamespace(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 20*time.Second)
-	s := hidSession(t, c.Node(ld))
-	o := hidSession(t, c.Node(hidFollower(c, ld)))
+	ctx := testCtx(t, 20*time.Second)
+	s := newSession(t, c.Node(ld))
+	o := newSession(t, c.Node(follower(c, ld)))
 	if _, err := s.Acquire(ctx, "scheduler"); err != nil {
 		t.Fatal(err)
 	}
@@ -639,15 +546,15 @@ func TestHiddenRoleNamespace(t *testing.T) {
 func TestHiddenLeaderCutOffEndsBeforeNextElected(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	victim := hidFollower(c, ld)
-	ctx := hidCtx(t, 60*time.Second)
-	s := hidSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
+	victim := follower(c, ld)
+	ctx := testCtx(t, 60*time.Second)
+	s := newSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
 	old, err := s.Elect(ctx, "sched", []byte("old"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	events := c.Node(ld).Observe(ctx, "sched")
-	if ev := hidNextEvent(t, events); ev.Epoch != old.Epoch() {
+	if ev := nextEvent(t, events); ev.Epoch != old.Epoch() {
 		t.Fatalf("first event %+v, want epoch %d", ev, old.Epoch())
 	}
 	res := hidElectAsync(ctx, c.Node(ld), "sched", "new")
@@ -657,19 +564,19 @@ func TestHiddenLeaderCutOffEndsBeforeNextElected(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if !hidIsClosed(old.Done()) || old.Context().Err() == nil {
+	if !closed(old.Done()) || old.Context().Err() == nil {
 		t.Fatal("next candidate elected while the cut-off leader's Done is open")
 	}
 	if r.l.Epoch() <= old.Epoch() {
 		t.Fatalf("epoch %d after %d", r.l.Epoch(), old.Epoch())
 	}
-	if err := old.Proclaim(hidCtx(t, 5*time.Second), []byte("x")); err == nil {
+	if err := old.Proclaim(testCtx(t, 5*time.Second), []byte("x")); err == nil {
 		t.Fatal("Proclaim by the deposed leader succeeded")
 	}
-	if ev := hidNextEvent(t, events); ev.HasLeader() {
+	if ev := nextEvent(t, events); ev.HasLeader() {
 		t.Fatalf("event after the old leader: %+v, want no leader", ev)
 	}
-	if ev := hidNextEvent(t, events); !ev.HasLeader() || ev.Epoch != r.l.Epoch() || string(ev.Value) != "new" {
+	if ev := nextEvent(t, events); !ev.HasLeader() || ev.Epoch != r.l.Epoch() || string(ev.Value) != "new" {
 		t.Fatalf("event for the new leader: %+v", ev)
 	}
 	c.Heal()
@@ -684,20 +591,20 @@ func TestHiddenLeaderCutOffEndsBeforeNextElected(t *testing.T) {
 func TestHiddenElectAcrossReplicaFailover(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	rl := c.WaitLeader(10 * time.Second) // raft leader
-	ctx := hidCtx(t, 60*time.Second)
+	ctx := testCtx(t, 60*time.Second)
 	old, err := c.Node(rl).Elect(ctx, "sched", []byte("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := hidFollower(c, rl)
+	f := follower(c, rl)
 	events := c.Node(f).Observe(ctx, "sched")
-	if ev := hidNextEvent(t, events); ev.Epoch != old.Epoch() {
+	if ev := nextEvent(t, events); ev.Epoch != old.Epoch() {
 		t.Fatalf("first event %+v", ev)
 	}
 	res := hidElectAsync(ctx, c.Node(f), "sched", "b")
 	time.Sleep(200 * time.Millisecond)
 	c.Stop(rl)
-	if !hidIsClosed(old.Done()) {
+	if !closed(old.Done()) {
 		t.Fatal("Done open after the leader's replica stopped")
 	}
 	r := <-res
@@ -709,7 +616,7 @@ func TestHiddenElectAcrossReplicaFailover(t *testing.T) {
 	}
 	var last quorumlock.Token
 	for {
-		ev := hidNextEvent(t, events)
+		ev := nextEvent(t, events)
 		if ev.Epoch < last {
 			t.Fatalf("epoch went back: %d after %d", ev.Epoch, last)
 		}
@@ -746,10 +653,10 @@ func TestHiddenElectAcrossReplicaFailover(t *testing.T) {
 func TestHiddenProclaimObserveAndSessionElect(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 30*time.Second)
-	s := hidSession(t, c.Node(hidFollower(c, ld)))
+	ctx := testCtx(t, 30*time.Second)
+	s := newSession(t, c.Node(follower(c, ld)))
 	events := c.Node(ld).Observe(ctx, "svc")
-	if ev := hidNextEvent(t, events); ev.HasLeader() {
+	if ev := nextEvent(t, events); ev.HasLeader() {
 		t.Fatalf("first event %+v", ev)
 	}
 	lead, err := s.Elect(ctx, "svc", []byte("v1"))
@@ -759,7 +666,7 @@ func TestHiddenProclaimObserveAndSessionElect(t *testing.T) {
 	if again, err := s.Elect(ctx, "svc", []byte("ignored")); err != nil || again != lead {
 		t.Fatalf("Elect again by the leader: %v, %v", again, err)
 	}
-	if ev := hidNextEvent(t, events); ev.Epoch != lead.Epoch() || string(ev.Value) != "v1" {
+	if ev := nextEvent(t, events); ev.Epoch != lead.Epoch() || string(ev.Value) != "v1" {
 		t.Fatalf("event %+v", ev)
 	}
 	if err := lead.Proclaim(ctx, []byte("v2")); err != nil {
@@ -769,7 +676,7 @@ func TestHiddenProclaimObserveAndSessionElect(t *testing.T) {
 	if err != nil || li.Epoch != lead.Epoch() || string(li.Value) != "v2" {
 		t.Fatalf("Leader after Proclaim: %+v, %v", li, err)
 	}
-	if ev := hidNextEvent(t, events); ev.Epoch != lead.Epoch() || string(ev.Value) != "v2" {
+	if ev := nextEvent(t, events); ev.Epoch != lead.Epoch() || string(ev.Value) != "v2" {
 		t.Fatalf("event after Proclaim %+v", ev)
 	}
 	if err := lead.Resign(ctx); err != nil {
@@ -781,7 +688,7 @@ func TestHiddenProclaimObserveAndSessionElect(t *testing.T) {
 	if err := lead.Proclaim(ctx, []byte("v3")); !errors.Is(err, quorumlock.ErrNotHeld) {
 		t.Fatalf("Proclaim after Resign: %v, want ErrNotHeld", err)
 	}
-	if ev := hidNextEvent(t, events); ev.HasLeader() {
+	if ev := nextEvent(t, events); ev.HasLeader() {
 		t.Fatalf("event after Resign %+v", ev)
 	}
 	// The session lives on and can lead again, with a larger epoch.
@@ -796,18 +703,18 @@ func TestHiddenProclaimObserveAndSessionElect(t *testing.T) {
 func TestHiddenLeaderSessionCloseHandsOver(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 30*time.Second)
-	s := hidSession(t, c.Node(ld))
+	ctx := testCtx(t, 30*time.Second)
+	s := newSession(t, c.Node(ld))
 	lead, err := s.Elect(ctx, "svc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := hidElectAsync(ctx, c.Node(hidFollower(c, ld)), "svc", "next")
+	res := hidElectAsync(ctx, c.Node(follower(c, ld)), "svc", "next")
 	time.Sleep(200 * time.Millisecond)
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !hidIsClosed(lead.Done()) {
+	if !closed(lead.Done()) {
 		t.Fatal("Done open after the session closed")
 	}
 	r := <-res
@@ -821,19 +728,14 @@ func TestHiddenLeaderSessionCloseHandsOver(t *testing.T) {
 func TestHiddenDeadCandidateNeverLeads(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	victim := hidFollower(c, ld)
-	var third uint64
-	for _, id := range c.IDs() {
-		if id != ld && id != victim {
-			third = id
-		}
-	}
-	ctx := hidCtx(t, 60*time.Second)
+	victim := follower(c, ld)
+	third := follower(c, ld, victim)
+	ctx := testCtx(t, 60*time.Second)
 	first, err := c.Node(ld).Elect(ctx, "svc", []byte("first"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dying := hidSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
+	dying := newSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
 	dres := make(chan hidElectResult, 1)
 	go func() {
 		l, err := dying.Elect(ctx, "svc", []byte("dying"))
@@ -875,26 +777,18 @@ func TestHiddenDeadCandidateNeverLeads(t *testing.T) {
 func TestHiddenNodeElectCancelledLeavesNoSession(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 30*time.Second)
+	ctx := testCtx(t, 30*time.Second)
 	first, err := c.Node(ld).Elect(ctx, "svc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	_, err = c.Node(hidFollower(c, ld)).Elect(short, "svc", nil)
+	_, err = c.Node(follower(c, ld)).Elect(short, "svc", nil)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Elect with a short ctx: %v", err)
 	}
-	var addrs []string
-	for _, id := range c.IDs() {
-		addrs = append(addrs, c.Peers()[id])
-	}
-	cl, err := quorumlock.Dial(ctx, addrs, quorumlock.WithElectionTimeout(c.ElectionTimeout()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithElectionTimeout(c.ElectionTimeout()))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ss, _, err := cl.Sessions(ctx, 0, 100)
@@ -923,9 +817,9 @@ func TestHiddenNodeElectCancelledLeavesNoSession(t *testing.T) {
 func TestHiddenLockSurvivesLeaderChanges(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	f := hidFollower(c, ld)
-	ctx := hidCtx(t, 60*time.Second)
-	s := hidSession(t, c.Node(f))
+	f := follower(c, ld)
+	ctx := testCtx(t, 60*time.Second)
+	s := newSession(t, c.Node(f))
 	l, err := s.Acquire(ctx, "keep")
 	if err != nil {
 		t.Fatal(err)
@@ -944,7 +838,7 @@ func TestHiddenLockSurvivesLeaderChanges(t *testing.T) {
 	// Wait beyond a TTL to be sure the session was renewed through the
 	// new leader.
 	time.Sleep(5 * time.Second)
-	if hidIsClosed(l.Lost()) || hidIsClosed(s.Done()) {
+	if closed(l.Lost()) || closed(s.Done()) {
 		t.Fatalf("lock lost across leader changes: %v", s.Err())
 	}
 	info, err := c.Node(f).Holder(ctx, "keep")
@@ -961,9 +855,9 @@ func TestHiddenLockSurvivesLeaderChanges(t *testing.T) {
 func TestHiddenWaiterGivesUp(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 30*time.Second)
-	h := hidSession(t, c.Node(ld))
-	w := hidSession(t, c.Node(hidFollower(c, ld)))
+	ctx := testCtx(t, 30*time.Second)
+	h := newSession(t, c.Node(ld))
+	w := newSession(t, c.Node(follower(c, ld)))
 	l, err := h.Acquire(ctx, "q")
 	if err != nil {
 		t.Fatal(err)
@@ -1001,25 +895,20 @@ func TestHiddenWaiterGivesUp(t *testing.T) {
 func TestHiddenObserveResumesAfterPartition(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	obs := hidFollower(c, ld)
-	var other uint64
-	for _, id := range c.IDs() {
-		if id != ld && id != obs {
-			other = id
-		}
-	}
-	ctx := hidCtx(t, 60*time.Second)
+	obs := follower(c, ld)
+	other := follower(c, ld, obs)
+	ctx := testCtx(t, 60*time.Second)
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
 	events := c.Node(obs).Observe(octx, "svc")
-	if ev := hidNextEvent(t, events); ev.HasLeader() {
+	if ev := nextEvent(t, events); ev.HasLeader() {
 		t.Fatalf("first event %+v", ev)
 	}
 	a, err := c.Node(ld).Elect(ctx, "svc", []byte("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := hidNextEvent(t, events); ev.Epoch != a.Epoch() {
+	if ev := nextEvent(t, events); ev.Epoch != a.Epoch() {
 		t.Fatalf("event %+v, want epoch %d", ev, a.Epoch())
 	}
 	c.Isolate(obs)
@@ -1035,7 +924,7 @@ func TestHiddenObserveResumesAfterPartition(t *testing.T) {
 	var sawNone bool
 	last := a.Epoch()
 	for {
-		ev := hidNextEvent(t, events)
+		ev := nextEvent(t, events)
 		if ev.Epoch < last {
 			t.Fatalf("epoch went back: %+v after %d", ev, last)
 		}
@@ -1075,13 +964,13 @@ func TestHiddenObserveResumesAfterPartition(t *testing.T) {
 func TestHiddenElectAfterWholeClusterRestart(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 60*time.Second)
+	ctx := testCtx(t, 60*time.Second)
 	old, err := c.Node(ld).Elect(ctx, "svc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.StopAll()
-	if !hidIsClosed(old.Done()) {
+	if !closed(old.Done()) {
 		t.Fatal("Done open after every replica stopped")
 	}
 	for _, id := range c.IDs() {
@@ -1102,14 +991,14 @@ func TestHiddenBadInput(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	n := c.Node(ld)
-	ctx := hidCtx(t, 20*time.Second)
+	ctx := testCtx(t, 20*time.Second)
 	if _, err := n.NewSession(ctx, quorumlock.WithTTL(500*time.Millisecond)); !errors.Is(err, quorumlock.ErrInvalidTTL) {
 		t.Fatalf("TTL 500ms: %v", err)
 	}
 	if _, err := n.NewSession(ctx, quorumlock.WithTTL(time.Hour)); !errors.Is(err, quorumlock.ErrInvalidTTL) {
 		t.Fatalf("TTL 1h: %v", err)
 	}
-	s := hidSession(t, n)
+	s := newSession(t, n)
 	long := strings.Repeat("a", 257)
 	for _, name := range []string{"", "\xff\xfe", long, "a\x00b"} {
 		if _, err := s.Acquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
@@ -1154,13 +1043,13 @@ func TestHiddenBadInput(t *testing.T) {
 func TestHiddenConcurrentMutualExclusion(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 60*time.Second)
+	ctx := testCtx(t, 60*time.Second)
 	fence := quorumlock.NewFence()
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for i := range 6 {
-		s := hidSession(t, c.Node(c.IDs()[i%3]))
+		s := newSession(t, c.Node(c.IDs()[i%3]))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -1198,14 +1087,14 @@ func TestHiddenConcurrentMutualExclusion(t *testing.T) {
 func TestHiddenWaiterCutOffEnds(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	f := hidFollower(c, ld)
-	ctx := hidCtx(t, 30*time.Second)
-	h := hidSession(t, c.Node(ld))
+	f := follower(c, ld)
+	ctx := testCtx(t, 30*time.Second)
+	h := newSession(t, c.Node(ld))
 	l, err := h.Acquire(ctx, "w")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := hidSession(t, c.Node(f), quorumlock.WithTTL(2*time.Second))
+	w := newSession(t, c.Node(f), quorumlock.WithTTL(2*time.Second))
 	res := hidAcquireAsync(ctx, w, "w")
 	hidWaitWaiters(t, c.Node(ld), "w", []uint64{w.ID()})
 	c.Isolate(f)
@@ -1233,23 +1122,23 @@ func TestHiddenWaiterCutOffEnds(t *testing.T) {
 func TestHiddenLeaderExpiryLeavesNoLeader(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	victim := hidFollower(c, ld)
-	ctx := hidCtx(t, 30*time.Second)
-	s := hidSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
+	victim := follower(c, ld)
+	ctx := testCtx(t, 30*time.Second)
+	s := newSession(t, c.Node(victim), quorumlock.WithTTL(2*time.Second))
 	lead, err := s.Elect(ctx, "svc", []byte("x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	events := c.Node(ld).Observe(ctx, "svc")
-	if ev := hidNextEvent(t, events); ev.Epoch != lead.Epoch() {
+	if ev := nextEvent(t, events); ev.Epoch != lead.Epoch() {
 		t.Fatalf("event %+v", ev)
 	}
 	c.Isolate(victim)
-	ev := hidNextEvent(t, events)
+	ev := nextEvent(t, events)
 	if ev.HasLeader() || ev.Epoch != lead.Epoch() {
 		t.Fatalf("event after expiry %+v, want no leader (epoch %d)", ev, lead.Epoch())
 	}
-	if !hidIsClosed(lead.Done()) {
+	if !closed(lead.Done()) {
 		t.Fatal("cluster dropped the leader before its Done closed")
 	}
 	if _, err := c.Node(ld).Leader(ctx, "svc"); !errors.Is(err, quorumlock.ErrNoLeader) {
@@ -1279,22 +1168,17 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 			// The README's timing: 1 s election timeout, 10 s TTL.
 			c := testcluster.New(t, testcluster.Options{Size: 3, TickInterval: 100 * time.Millisecond, ElectionTicks: 10, SessionTTL: 10 * time.Second})
 			ld := c.WaitLeader(20 * time.Second)
-			f := hidFollower(c, ld)
-			var third uint64
-			for _, id := range c.IDs() {
-				if id != ld && id != f {
-					third = id
-				}
-			}
-			ctx := hidCtx(t, 60*time.Second)
-			s := hidSession(t, c.Node(f))
+			f := follower(c, ld)
+			third := follower(c, ld, f)
+			ctx := testCtx(t, 60*time.Second)
+			s := newSession(t, c.Node(f))
 			a, err := s.Acquire(ctx, "A")
 			if err != nil {
 				t.Fatal(err)
 			}
 			var other *quorumlock.Lock
 			if tc.heldByAny {
-				o := hidSession(t, c.Node(f))
+				o := newSession(t, c.Node(f))
 				if other, err = o.Acquire(ctx, "B"); err != nil {
 					t.Fatal(err)
 				}
@@ -1316,7 +1200,7 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, quorumlock.ErrWithdrawPending) || errors.Is(err, quorumlock.ErrSessionExpired) {
 				t.Fatalf("short call without quorum: %v, want the deadline and ErrWithdrawPending only", err)
 			}
-			if s.Err() != nil || hidIsClosed(a.Lost()) {
+			if s.Err() != nil || closed(a.Lost()) {
 				t.Fatalf("the call ended the session: %v", s.Err())
 			}
 			c.Restart(ld)
@@ -1324,7 +1208,7 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 			nl := c.WaitLeader(20 * time.Second)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				info, err := c.Node(nl).Holder(hidCtx(t, 5*time.Second), "B")
+				info, err := c.Node(nl).Holder(testCtx(t, 5*time.Second), "B")
 				if err == nil && info.Holder != s.ID() && !slices.Contains(info.Waiters, s.ID()) {
 					break
 				}
@@ -1333,7 +1217,7 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if s.Err() != nil || hidIsClosed(a.Lost()) {
+			if s.Err() != nil || closed(a.Lost()) {
 				t.Fatalf("a leaderless window shorter than the TTL lost lock A: %v", s.Err())
 			}
 			info, err := c.Node(nl).Holder(ctx, "A")
@@ -1363,8 +1247,8 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 func TestHiddenTokenAfterRestartWithoutRelease(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	ctx := hidCtx(t, 60*time.Second)
-	s := hidSession(t, c.Node(ld))
+	ctx := testCtx(t, 60*time.Second)
+	s := newSession(t, c.Node(ld))
 	old, err := s.Acquire(ctx, "r")
 	if err != nil {
 		t.Fatal(err)
@@ -1374,14 +1258,14 @@ func TestHiddenTokenAfterRestartWithoutRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.StopAll()
-	if !hidIsClosed(old.Lost()) {
+	if !closed(old.Lost()) {
 		t.Fatal("Lost open after the holder's replica stopped")
 	}
 	for _, id := range c.IDs() {
 		c.Restart(id)
 	}
 	nl := c.WaitLeader(15 * time.Second)
-	n := hidSession(t, c.Node(nl))
+	n := newSession(t, c.Node(nl))
 	l, err := n.Acquire(ctx, "r")
 	if err != nil {
 		t.Fatal(err)
