@@ -27,85 +27,23 @@ const (
 	rbTTL  = 3 * time.Second
 )
 
-// rbCluster starts size replicas on loopback listeners, as the README's
-// Usage section does, with a short election timeout (rbET).
+// rbCluster starts size replicas with specCluster, with the session TTL
+// rbTTL.
 func rbCluster(t *testing.T, size int, mutate func(*quorumlock.Config)) []*quorumlock.Node {
 	t.Helper()
-	peers := make(map[uint64]string, size)
-	lis := make([]net.Listener, size)
-	for i := range size {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis[i] = l
-		peers[uint64(i+1)] = l.Addr().String()
-	}
-	nodes := make([]*quorumlock.Node, size)
-	for i := range size {
-		cfg := quorumlock.Config{
-			ID: uint64(i + 1), Peers: peers, DataDir: t.TempDir(), Listener: lis[i],
-			TickInterval: rbTick, ElectionTicks: 10, SessionTTL: rbTTL,
-		}
+	return specCluster(t, size, func(c *quorumlock.Config) {
+		c.SessionTTL = rbTTL
 		if mutate != nil {
-			mutate(&cfg)
+			mutate(c)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		n, err := quorumlock.Start(ctx, cfg)
-		cancel()
-		if err != nil {
-			t.Fatalf("Start %d: %v", i+1, err)
-		}
-		nodes[i] = n
-		t.Cleanup(func() { n.Close() })
-	}
-	return nodes
+	})
 }
 
-// rbLeader waits for a leader among the live nodes and returns its index.
-func rbLeader(t *testing.T, nodes []*quorumlock.Node, skip ...int) int {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, n := range nodes {
-			if slices.Contains(skip, i) {
-				continue
-			}
-			if st := n.Status(); st.Leader == st.ID {
-				return i
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("no leader within 15 s")
-	return -1
-}
-
-func rbAddrs(nodes []*quorumlock.Node, idx ...int) []string {
-	var out []string
-	for _, i := range idx {
-		out = append(out, nodes[i].Addr().String())
-	}
-	return out
-}
-
+// rbDial dials addrs with the session TTL and election timeout of
+// rbCluster.
 func rbDial(t *testing.T, addrs []string, opts ...quorumlock.ClientOption) *quorumlock.Client {
 	t.Helper()
-	opts = append([]quorumlock.ClientOption{quorumlock.WithSessionTTL(rbTTL), quorumlock.WithElectionTimeout(rbET)}, opts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cl, err := quorumlock.Dial(ctx, addrs, opts...)
-	if err != nil {
-		t.Fatalf("Dial(%v): %v", addrs, err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	return cl
-}
-
-func rbCtx(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return dial(t, addrs, append([]quorumlock.ClientOption{quorumlock.WithSessionTTL(rbTTL), quorumlock.WithElectionTimeout(rbET)}, opts...)...)
 }
 
 // rbKind names the sentinel err wraps (the first that matches), so that
@@ -138,15 +76,6 @@ func rbKind(err error) string {
 	return "other: " + err.Error()
 }
 
-// rbOpener is what a Node and a Client share.
-type rbOpener interface {
-	NewSession(context.Context, ...quorumlock.SessionOption) (*quorumlock.Session, error)
-	Holder(context.Context, string) (quorumlock.LockInfo, error)
-	Leader(context.Context, string) (quorumlock.LeaderInfo, error)
-	Observe(context.Context, string) <-chan quorumlock.LeaderInfo
-	Elect(context.Context, string, []byte) (*quorumlock.Leadership, error)
-}
-
 // rbWait polls cond until it holds or d passes.
 func rbWait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -162,8 +91,8 @@ func rbWait(t *testing.T, d time.Duration, what string, cond func() bool) {
 // rbBadInputs runs the same bad inputs through o and returns, per case,
 // which sentinel came back. admin revokes a session (the client's
 // RevokeSession, as lockctl revoke-session does).
-func rbBadInputs(t *testing.T, o rbOpener, prefix string, admin func(context.Context, uint64) error) map[string]string {
-	ctx := rbCtx(t, 60*time.Second)
+func rbBadInputs(t *testing.T, o opener, prefix string, admin func(context.Context, uint64) error) map[string]string {
+	ctx := testCtx(t, 60*time.Second)
 	got := map[string]string{}
 	put := func(name string, err error) { got[name] = rbKind(err) }
 
@@ -284,7 +213,7 @@ func rbBadInputs(t *testing.T, o rbOpener, prefix string, admin func(context.Con
 	case <-time.After(2 * rbTTL):
 		t.Fatalf("%s: revoked session not ended", prefix)
 	}
-	got["Lost closed after revoke"] = fmt.Sprint(rbClosed(hl.Lost()))
+	got["Lost closed after revoke"] = fmt.Sprint(closed(hl.Lost()))
 	put("Err of revoked session", third.Err())
 	_, err = third.Acquire(ctx, prefix+"i")
 	put("Acquire on revoked session", err)
@@ -292,15 +221,6 @@ func rbBadInputs(t *testing.T, o rbOpener, prefix string, admin func(context.Con
 	put("Close of revoked session", third.Close(ctx))
 	other.Close(ctx)
 	return got
-}
-
-func rbClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // A remote Session gives the same errors as a replica's for the same bad
@@ -313,9 +233,9 @@ func TestHiddenRemoteBadInputSameAsLocal(t *testing.T) {
 		c.MaxLocksPerSession = 2
 		c.MaxWaitersPerLock = 1
 	})
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
+	cl := rbDial(t, specAddrs(nodes))
 	local := rbBadInputs(t, f, "L", cl.RevokeSession)
 	remote := rbBadInputs(t, cl, "R", cl.RevokeSession)
 
@@ -370,9 +290,9 @@ func TestHiddenRemoteBadInputSameAsLocal(t *testing.T) {
 // grant, and the session lives past several TTLs.
 func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, (lead+1)%3))
-	ctx := rbCtx(t, 30*time.Second)
+	lead := specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes, (lead+1)%3))
+	ctx := testCtx(t, 30*time.Second)
 	s, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +309,7 @@ func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
 		t.Fatalf("client's Holder: %+v %v", info, err)
 	}
 	time.Sleep(2 * rbTTL)
-	if rbClosed(s.Done()) || rbClosed(l.Lost()) {
+	if closed(s.Done()) || closed(l.Lost()) {
 		t.Fatalf("session through a follower ended: %v", s.Err())
 	}
 	if err := l.Release(ctx); err != nil {
@@ -403,10 +323,10 @@ func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
 	for _, hard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
 			nodes := rbCluster(t, 3, nil)
-			lead := rbLeader(t, nodes)
+			lead := specLeader(t, nodes)
 			// The leader's address first, so the client talks to it.
-			cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-			ctx := rbCtx(t, 60*time.Second)
+			cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+			ctx := testCtx(t, 60*time.Second)
 			s, err := cl.NewSession(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -420,7 +340,7 @@ func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
 			} else {
 				nodes[lead].Close()
 			}
-			newLead := rbLeader(t, nodes, lead)
+			newLead := specLeader(t, nodes, lead)
 			l2, err := s.Acquire(ctx, "after")
 			if err != nil {
 				t.Fatalf("Acquire after the replica stopped: %v", err)
@@ -429,7 +349,7 @@ func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
 				t.Fatalf("client Holder after the stop: %+v %v", info, err)
 			}
 			time.Sleep(2 * rbTTL)
-			if rbClosed(s.Done()) || rbClosed(l.Lost()) {
+			if closed(s.Done()) || closed(l.Lost()) {
 				t.Fatalf("session ended after its replica stopped: %v", s.Err())
 			}
 			info, err := nodes[newLead].Holder(ctx, "held")
@@ -453,10 +373,10 @@ func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
 // loss and is granted when the holder goes.
 func TestHiddenRemoteInFlightAcquireDefinite(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-	ctx := rbCtx(t, 60*time.Second)
+	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := testCtx(t, 60*time.Second)
 	h, err := f.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +420,7 @@ func TestHiddenRemoteInFlightAcquireDefinite(t *testing.T) {
 	stopped.Store(true)
 	wg.Wait()
 	t.Logf("%d of %d acquires returned after the replica stopped", late.Load(), n)
-	newLead := rbLeader(t, nodes, lead)
+	newLead := specLeader(t, nodes, lead)
 	tokens := map[quorumlock.Token]bool{}
 	for i := range n {
 		if errs[i] != nil {
@@ -536,10 +456,10 @@ func TestHiddenRemoteInFlightAcquireDefinite(t *testing.T) {
 // of the queue (or abandoned, which the cluster ends).
 func TestHiddenRemoteInterruptedAcquireAcrossLoss(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-	ctx := rbCtx(t, 60*time.Second)
+	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := testCtx(t, 60*time.Second)
 	h, err := f.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -575,7 +495,7 @@ func TestHiddenRemoteInterruptedAcquireAcrossLoss(t *testing.T) {
 	if !errors.Is(aerr, context.DeadlineExceeded) || errors.Is(aerr, quorumlock.ErrUnknownOutcome) {
 		t.Fatalf("Acquire: %v; want the ctx's error, never ErrUnknownOutcome", aerr)
 	}
-	newLead := rbLeader(t, nodes, lead)
+	newLead := specLeader(t, nodes, lead)
 	if w.Err() != nil {
 		// Abandoned: the cluster ends the session within its TTL.
 		rbWait(t, 3*rbTTL, "abandoned session's wait gone", func() bool {
@@ -595,9 +515,9 @@ func TestHiddenRemoteInterruptedAcquireAcrossLoss(t *testing.T) {
 // event between two leaders.
 func TestHiddenRemoteObserveLeaderHolder(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, (lead+1)%3))
-	ctx := rbCtx(t, 60*time.Second)
+	lead := specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes, (lead+1)%3))
+	ctx := testCtx(t, 60*time.Second)
 	if _, err := cl.Leader(ctx, "sched"); !errors.Is(err, quorumlock.ErrNoLeader) {
 		t.Fatalf("Leader with none: %v", err)
 	}
@@ -676,9 +596,9 @@ func TestHiddenRemoteObserveLeaderHolder(t *testing.T) {
 // ErrClosed; the cluster frees the locks once their TTL runs out.
 func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
-	ctx := rbCtx(t, 60*time.Second)
+	lead := specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes))
+	ctx := testCtx(t, 60*time.Second)
 	h, err := nodes[lead].NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -712,10 +632,10 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 		return err == nil && slices.Contains(info.Waiters, s.ID())
 	})
 
-	closed := make(chan error, 1)
-	go func() { closed <- cl.Close() }()
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- cl.Close() }()
 	select {
-	case err := <-closed:
+	case err := <-closeErr:
 		if err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -730,8 +650,8 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiting Acquire did not return after Close")
 	}
-	if !rbClosed(s.Done()) || !rbClosed(l.Lost()) || !rbClosed(ld.Done()) {
-		t.Fatalf("after Close: Done %v, Lost %v, leadership Done %v", rbClosed(s.Done()), rbClosed(l.Lost()), rbClosed(ld.Done()))
+	if !closed(s.Done()) || !closed(l.Lost()) || !closed(ld.Done()) {
+		t.Fatalf("after Close: Done %v, Lost %v, leadership Done %v", closed(s.Done()), closed(l.Lost()), closed(ld.Done()))
 	}
 	if !errors.Is(s.Err(), quorumlock.ErrClosed) {
 		t.Errorf("Session.Err: %v", s.Err())
@@ -881,9 +801,9 @@ func TestHiddenRemoteDialNothingListening(t *testing.T) {
 // and calls return ErrSessionExpired. It never holds a lock on trust.
 func TestHiddenRemoteCutOffLosesLease(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
-	ctx := rbCtx(t, 30*time.Second)
+	specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes))
+	ctx := testCtx(t, 30*time.Second)
 	s, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -905,8 +825,8 @@ func TestHiddenRemoteCutOffLosesLease(t *testing.T) {
 	case <-time.After(time.Until(deadline) + time.Second):
 		t.Fatalf("Lost not closed by the lease deadline (+1 s)")
 	}
-	if !rbClosed(s.Done()) || !errors.Is(s.Err(), quorumlock.ErrSessionExpired) {
-		t.Fatalf("Done %v, Err %v", rbClosed(s.Done()), s.Err())
+	if !closed(s.Done()) || !errors.Is(s.Err(), quorumlock.ErrSessionExpired) {
+		t.Fatalf("Done %v, Err %v", closed(s.Done()), s.Err())
 	}
 	if _, err := s.Acquire(ctx, "y"); !errors.Is(err, quorumlock.ErrSessionExpired) {
 		t.Fatalf("Acquire after the lease ran out: %v", err)
@@ -920,10 +840,10 @@ func TestHiddenRemoteCutOffLosesLease(t *testing.T) {
 // token.
 func TestHiddenRemoteExpiredOnClusterNotRenewed(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	clk := clock.NewManual(time.Now())
-	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2), quorumlock.WithClock(clk))
-	ctx := rbCtx(t, 30*time.Second)
+	cl := rbDial(t, specAddrs(nodes), quorumlock.WithClock(clk))
+	ctx := testCtx(t, 30*time.Second)
 	s, err := cl.NewSession(ctx, quorumlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -943,7 +863,7 @@ func TestHiddenRemoteExpiredOnClusterNotRenewed(t *testing.T) {
 	if ol.Token() <= l.Token() {
 		t.Fatalf("token %d after %d", ol.Token(), l.Token())
 	}
-	if rbClosed(l.Lost()) {
+	if closed(l.Lost()) {
 		t.Fatal("Lost closed while the client's clock stood still")
 	}
 	// Time moves on for the client, within its lease: the heartbeat that
@@ -978,10 +898,10 @@ func TestHiddenRemoteObserveAcrossReplicaLoss(t *testing.T) {
 
 func rbObserveAcrossLoss(t *testing.T, withSession bool) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	a, b := nodes[(lead+1)%3], nodes[(lead+2)%3]
-	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-	ctx := rbCtx(t, 60*time.Second)
+	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := testCtx(t, 60*time.Second)
 	// A session on the client keeps its heartbeats (and so its idea of the
 	// leader) current; without one, the failed stream alone moves.
 	if withSession {
@@ -1000,7 +920,7 @@ func rbObserveAcrossLoss(t *testing.T, withSession bool) {
 		}
 	}
 	nodes[lead].HardClose()
-	rbLeader(t, nodes, lead)
+	specLeader(t, nodes, lead)
 	if err := la.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1034,7 +954,7 @@ func rbObserveAcrossLoss(t *testing.T, withSession bool) {
 // answers, and returns a working client from the replicas that do.
 func TestHiddenRemoteDialSkipsDeadAddresses(t *testing.T) {
 	nodes := rbCluster(t, 1, nil)
-	rbLeader(t, nodes)
+	specLeader(t, nodes)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -1047,7 +967,7 @@ func TestHiddenRemoteDialSkipsDeadAddresses(t *testing.T) {
 	}
 	defer mute.Close()
 	cl := rbDial(t, []string{dead, mute.Addr().String(), nodes[0].Addr().String()})
-	ctx := rbCtx(t, 20*time.Second)
+	ctx := testCtx(t, 20*time.Second)
 	s, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1066,9 +986,9 @@ func TestHiddenRemoteDialSkipsDeadAddresses(t *testing.T) {
 // back, the same client works.
 func TestHiddenRemoteMinorityBlocksUntilCtx(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, lead))
-	ctx := rbCtx(t, 30*time.Second)
+	lead := specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes, lead))
+	ctx := testCtx(t, 30*time.Second)
 	s, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1101,7 +1021,7 @@ func TestHiddenRemoteMinorityBlocksUntilCtx(t *testing.T) {
 
 // Dial refuses bad addresses and options with ErrInvalidConfig, at once.
 func TestHiddenRemoteDialBadInput(t *testing.T) {
-	ctx := rbCtx(t, 10*time.Second)
+	ctx := testCtx(t, 10*time.Second)
 	for _, tc := range []struct {
 		name  string
 		addrs []string
@@ -1133,9 +1053,9 @@ func TestHiddenRemoteDialBadInput(t *testing.T) {
 // loss still returns nil, not ErrNotHeld.
 func TestHiddenRemoteInFlightReleaseDefinite(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-	ctx := rbCtx(t, 60*time.Second)
+	lead := specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := testCtx(t, 60*time.Second)
 	s, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1168,7 +1088,7 @@ func TestHiddenRemoteInFlightReleaseDefinite(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	nodes[lead].HardClose()
 	wg.Wait()
-	newLead := rbLeader(t, nodes, lead)
+	newLead := specLeader(t, nodes, lead)
 	for i := range n {
 		if relErr[i] != nil {
 			t.Errorf("Release r%02d across the loss: %v", i, relErr[i])
@@ -1187,7 +1107,7 @@ func TestHiddenRemoteInFlightReleaseDefinite(t *testing.T) {
 	if closeErr != nil {
 		t.Errorf("Close across the loss: %v", closeErr)
 	}
-	if !rbClosed(cl2.Lost()) {
+	if !closed(cl2.Lost()) {
 		t.Error("closed session's lock not lost")
 	}
 	if info, err := nodes[newLead].Holder(ctx, "closing"); err != nil || info.Holder != 0 {
@@ -1318,10 +1238,10 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			nw := newRBNet()
 			nodes := rbCluster(t, 3, nw.configure)
-			lead := rbLeader(t, nodes)
+			lead := specLeader(t, nodes)
 			f := nodes[(lead+1)%3]
-			cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-			ctx := rbCtx(t, 60*time.Second)
+			cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+			ctx := testCtx(t, 60*time.Second)
 			h, err := f.NewSession(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -1366,7 +1286,7 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 			}
 			defer nw.pause(id, false)
 			defer nw.isolate(id, false)
-			newLead := rbLeader(t, nodes, lead)
+			newLead := specLeader(t, nodes, lead)
 			// The holder, on a live replica, releases: s is next.
 			if err := hl.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -1413,7 +1333,7 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 				}
 			}
 			time.Sleep(rbTTL)
-			if rbClosed(s.Done()) || rbClosed(l.Lost()) {
+			if closed(s.Done()) || closed(l.Lost()) {
 				t.Fatalf("session lost with the old leader %s: %v", mode, s.Err())
 			}
 		})
@@ -1424,10 +1344,10 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 // being re-sent: every call returns ErrClosed promptly, none hangs.
 func TestHiddenRemoteCloseDuringFailover(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, rbAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
-	ctx := rbCtx(t, 60*time.Second)
+	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	ctx := testCtx(t, 60*time.Second)
 	h, err := f.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1471,9 +1391,9 @@ func TestHiddenRemoteCloseDuringFailover(t *testing.T) {
 // ErrLimit, as on a replica.
 func TestHiddenRemoteSessionLimit(t *testing.T) {
 	nodes := rbCluster(t, 1, func(c *quorumlock.Config) { c.MaxSessions = 2 })
-	rbLeader(t, nodes)
-	cl := rbDial(t, rbAddrs(nodes, 0))
-	ctx := rbCtx(t, 20*time.Second)
+	specLeader(t, nodes)
+	cl := rbDial(t, specAddrs(nodes, 0))
+	ctx := testCtx(t, 20*time.Second)
 	a, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1501,10 +1421,10 @@ func TestHiddenRemoteSessionLimit(t *testing.T) {
 // waiter at once, with a larger token.
 func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
-	ctx := rbCtx(t, 60*time.Second)
+	cl := rbDial(t, specAddrs(nodes))
+	ctx := testCtx(t, 60*time.Second)
 	h, err := nodes[lead].NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1512,7 +1432,7 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 	results := map[string]map[string]string{}
 	for _, o := range []struct {
 		name string
-		o    rbOpener
+		o    opener
 	}{{"replica", f}, {"client", cl}} {
 		got := map[string]string{}
 		results[o.name] = got
@@ -1567,7 +1487,7 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 		case <-time.After(rbTTL / 2):
 			got["next waiter granted with larger token"] = "not within TTL/2"
 		}
-		got["Lost closed by Close"] = fmt.Sprint(rbClosed(sl.Lost()))
+		got["Lost closed by Close"] = fmt.Sprint(closed(sl.Lost()))
 	}
 	for k, v := range results["replica"] {
 		if results["client"][k] != v {
@@ -1583,13 +1503,13 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 // ErrNotHeld.
 func TestHiddenRemoteElectWithdrawAndRevokeWaiter(t *testing.T) {
 	nodes := rbCluster(t, 3, nil)
-	lead := rbLeader(t, nodes)
+	lead := specLeader(t, nodes)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, rbAddrs(nodes, 0, 1, 2))
-	ctx := rbCtx(t, 60*time.Second)
+	cl := rbDial(t, specAddrs(nodes))
+	ctx := testCtx(t, 60*time.Second)
 	for _, o := range []struct {
 		name string
-		o    rbOpener
+		o    opener
 	}{{"replica", f}, {"client", cl}} {
 		role := o.name + "-role"
 		first, err := nodes[lead].Elect(ctx, role, []byte("first"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,26 +51,37 @@ func specCluster(t *testing.T, size int, mutate func(*quorumlock.Config)) []*quo
 	return nodes
 }
 
-// specLeader waits until the replicas agree on a leader and returns its index.
-func specLeader(t *testing.T, nodes []*quorumlock.Node) int {
+// specLeader waits until the replicas agree on a leader and returns its
+// index; the nodes at the indices in skip (stopped ones) are not asked.
+func specLeader(t *testing.T, nodes []*quorumlock.Node, skip ...int) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, n := range nodes {
+			if slices.Contains(skip, i) {
+				continue
+			}
 			if st := n.Status(); st.Leader == st.ID {
 				return i
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("no leader within 10 s")
+	t.Fatal("no leader within 15 s")
 	return -1
 }
 
-func specAddrs(nodes []*quorumlock.Node) []string {
+// specAddrs returns the addresses of the nodes at the indices in idx, in
+// that order, or of every node if idx is empty.
+func specAddrs(nodes []*quorumlock.Node, idx ...int) []string {
+	if len(idx) == 0 {
+		for i := range nodes {
+			idx = append(idx, i)
+		}
+	}
 	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr().String())
+	for _, i := range idx {
+		addrs = append(addrs, nodes[i].Addr().String())
 	}
 	return addrs
 }
