@@ -2,6 +2,7 @@ package quorumlock_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -18,11 +19,20 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func newSession(t *testing.T, n *quorumlock.Node, opts ...quorumlock.SessionOption) *quorumlock.Session {
+// where names o in failure messages: a replica by its ID, or a client.
+func where(o opener) string {
+	if n, ok := o.(*quorumlock.Node); ok {
+		return fmt.Sprintf("replica %d", n.ID())
+	}
+	return "the client"
+}
+
+// newSession opens a session through o, a replica or a client.
+func newSession(t *testing.T, o opener, opts ...quorumlock.SessionOption) *quorumlock.Session {
 	t.Helper()
-	s, err := n.NewSession(testCtx(t, 10*time.Second), opts...)
+	s, err := o.NewSession(testCtx(t, 10*time.Second), opts...)
 	if err != nil {
-		t.Fatalf("NewSession on %d: %v", n.ID(), err)
+		t.Fatalf("NewSession on %s: %v", where(o), err)
 	}
 	return s
 }
@@ -36,26 +46,51 @@ func mustAcquire(t *testing.T, s *quorumlock.Session, name string) *quorumlock.L
 	return l
 }
 
-func holder(t *testing.T, n *quorumlock.Node, name string) quorumlock.LockInfo {
+func holder(t *testing.T, o opener, name string) quorumlock.LockInfo {
 	t.Helper()
-	info, err := n.Holder(testCtx(t, 10*time.Second), name)
+	info, err := o.Holder(testCtx(t, 10*time.Second), name)
 	if err != nil {
-		t.Fatalf("Holder(%q) on %d: %v", name, n.ID(), err)
+		t.Fatalf("Holder(%q) on %s: %v", name, where(o), err)
 	}
 	return info
 }
 
-// waitQueued waits until session is among the waiters of name.
-func waitQueued(t *testing.T, n *quorumlock.Node, name string, session uint64) {
+// waitQueued waits until session is among the waiters of name, as read
+// through o.
+func waitQueued(t *testing.T, o opener, name string, session uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if slices.Contains(holder(t, n, name).Waiters, session) {
+		if slices.Contains(holder(t, o, name).Waiters, session) {
 			return
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Fatalf("session %d never queued for %q", session, name)
+}
+
+type acquireResult struct {
+	l   *quorumlock.Lock
+	err error
+}
+
+// acquireAsync runs s.Acquire(ctx, name) in the background.
+func acquireAsync(ctx context.Context, s *quorumlock.Session, name string) <-chan acquireResult {
+	ch := make(chan acquireResult, 1)
+	go func() {
+		l, err := s.Acquire(ctx, name)
+		ch <- acquireResult{l, err}
+	}()
+	return ch
+}
+
+// acquireQueued runs s.Acquire(ctx, name) in the background and waits
+// until s is queued for name, as read through o.
+func acquireQueued(t *testing.T, ctx context.Context, s *quorumlock.Session, o opener, name string) <-chan acquireResult {
+	t.Helper()
+	ch := acquireAsync(ctx, s, name)
+	waitQueued(t, o, name, s.ID())
+	return ch
 }
 
 // follower returns a running replica that is not the leader.

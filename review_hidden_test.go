@@ -37,21 +37,6 @@ func hidWaitWaiters(t *testing.T, n *quorumlock.Node, name string, want []uint64
 	}
 }
 
-type hidResult struct {
-	l   *quorumlock.Lock
-	err error
-}
-
-// hidAcquireAsync runs Acquire in the background.
-func hidAcquireAsync(ctx context.Context, s *quorumlock.Session, name string) <-chan hidResult {
-	ch := make(chan hidResult, 1)
-	go func() {
-		l, err := s.Acquire(ctx, name)
-		ch <- hidResult{l, err}
-	}()
-	return ch
-}
-
 // A waiter whose ctx has a 2 s deadline is granted the lock when the
 // holder releases it 800 ms in, with a larger token (issue 2: Acquire
 // "blocks, FIFO, until granted or ctx done").
@@ -67,7 +52,7 @@ func TestHiddenWaiterGrantedWithinDeadline(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	res := hidAcquireAsync(wctx, waiterS, "job")
+	res := acquireAsync(wctx, waiterS, "job")
 	time.Sleep(800 * time.Millisecond)
 	if err := l1.Release(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -96,7 +81,7 @@ func TestHiddenWaiterGrantedWithinDeadlineDefaultConfig(t *testing.T) {
 	}
 	wctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	res := hidAcquireAsync(wctx, waiterS, "job")
+	res := acquireAsync(wctx, waiterS, "job")
 	time.Sleep(1500 * time.Millisecond)
 	if err := l1.Release(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -123,12 +108,12 @@ func TestHiddenFIFOOrder(t *testing.T) {
 	}
 	ctx := testCtx(t, 30*time.Second)
 	var waiters []*quorumlock.Session
-	var results []<-chan hidResult
+	var results []<-chan acquireResult
 	var queued []uint64
 	for i := range 4 {
 		s := newSession(t, c.Node(ids[i%len(ids)]))
 		waiters = append(waiters, s)
-		results = append(results, hidAcquireAsync(ctx, s, "fifo"))
+		results = append(results, acquireAsync(ctx, s, "fifo"))
 		queued = append(queued, s.ID())
 		hidWaitWaiters(t, c.Node(ids[0]), "fifo", queued)
 	}
@@ -305,7 +290,7 @@ func TestHiddenReleaseAfterSessionClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := hidAcquireAsync(ctx, b, "closed")
+	res := acquireAsync(ctx, b, "closed")
 	hidWaitWaiters(t, c.Node(ld), "closed", []uint64{b.ID()})
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -863,7 +848,7 @@ func TestHiddenWaiterGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	res := hidAcquireAsync(cctx, w, "q")
+	res := acquireAsync(cctx, w, "q")
 	hidWaitWaiters(t, c.Node(ld), "q", []uint64{w.ID()})
 	cancel()
 	if r := <-res; !errors.Is(r.err, context.Canceled) {
@@ -1095,7 +1080,7 @@ func TestHiddenWaiterCutOffEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newSession(t, c.Node(f), quorumlock.WithTTL(2*time.Second))
-	res := hidAcquireAsync(ctx, w, "w")
+	res := acquireAsync(ctx, w, "w")
 	hidWaitWaiters(t, c.Node(ld), "w", []uint64{w.ID()})
 	c.Isolate(f)
 	select {

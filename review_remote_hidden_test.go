@@ -76,6 +76,16 @@ func rbKind(err error) string {
 	return "other: " + err.Error()
 }
 
+// rbLeaderFirst starts a three-replica rbCluster (mutate as there), waits
+// for its leader and dials a client that talks to the leader first.
+func rbLeaderFirst(t *testing.T, mutate func(*quorumlock.Config)) (nodes []*quorumlock.Node, lead int, cl *quorumlock.Client) {
+	t.Helper()
+	nodes = rbCluster(t, 3, mutate)
+	lead = specLeader(t, nodes)
+	cl = rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	return nodes, lead, cl
+}
+
 // rbWait polls cond until it holds or d passes.
 func rbWait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -106,10 +116,7 @@ func rbBadInputs(t *testing.T, o opener, prefix string, admin func(context.Conte
 	if err != nil {
 		t.Fatalf("%s: NewSession: %v", prefix, err)
 	}
-	other, err := o.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := newSession(t, o)
 	third, err := o.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -170,19 +177,11 @@ func rbBadInputs(t *testing.T, o opener, prefix string, admin func(context.Conte
 	put("TryAcquire held lock", err)
 	// MaxWaitersPerLock is 1: other waits, third is refused.
 	wctx, wcancel := context.WithCancel(ctx)
-	waited := make(chan error, 1)
-	go func() {
-		_, err := other.Acquire(wctx, prefix+"a")
-		waited <- err
-	}()
-	rbWait(t, 10*time.Second, "other queued", func() bool {
-		info, err := o.Holder(ctx, prefix+"a")
-		return err == nil && slices.Contains(info.Waiters, other.ID())
-	})
+	waited := acquireQueued(t, wctx, other, o, prefix+"a")
 	_, err = third.Acquire(ctx, prefix+"a")
 	put("Acquire past waiter limit", err)
 	wcancel()
-	put("Acquire cancelled while waiting", <-waited)
+	put("Acquire cancelled while waiting", (<-waited).err)
 
 	// Release twice.
 	put("Release", l16.Release(ctx))
@@ -293,14 +292,8 @@ func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
 	lead := specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes, (lead+1)%3))
 	ctx := testCtx(t, 30*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSession(t, cl)
+	l := mustAcquire(t, s, "x")
 	info, err := nodes[lead].Holder(ctx, "x")
 	if err != nil || info.Holder != s.ID() || info.Token != l.Token() {
 		t.Fatalf("leader's Holder: %+v %v; want session %d token %d", info, err, s.ID(), l.Token())
@@ -322,19 +315,11 @@ func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
 func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
 	for _, hard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
-			nodes := rbCluster(t, 3, nil)
-			lead := specLeader(t, nodes)
+			nodes, lead, cl := rbLeaderFirst(t, nil)
 			// The leader's address first, so the client talks to it.
-			cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 			ctx := testCtx(t, 60*time.Second)
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, "held")
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newSession(t, cl)
+			l := mustAcquire(t, s, "held")
 			if hard {
 				nodes[lead].HardClose()
 			} else {
@@ -372,34 +357,13 @@ func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
 // returned. A waiting Acquire keeps its place in the queue across the
 // loss and is granted when the holder goes.
 func TestHiddenRemoteInFlightAcquireDefinite(t *testing.T) {
-	nodes := rbCluster(t, 3, nil)
-	lead := specLeader(t, nodes)
+	nodes, lead, cl := rbLeaderFirst(t, nil)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 	ctx := testCtx(t, 60*time.Second)
-	h, err := f.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hl, err := h.Acquire(ctx, "queued")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var waitLock *quorumlock.Lock
-	waitErr := make(chan error, 1)
-	go func() {
-		var err error
-		waitLock, err = w.Acquire(ctx, "queued")
-		waitErr <- err
-	}()
-	rbWait(t, 10*time.Second, "w queued", func() bool {
-		info, err := f.Holder(ctx, "queued")
-		return err == nil && slices.Contains(info.Waiters, w.ID())
-	})
+	h := newSession(t, f)
+	hl := mustAcquire(t, h, "queued")
+	w := newSession(t, cl)
+	waited := acquireQueued(t, ctx, w, f, "queued")
 
 	const n = 30
 	locks := make([]*quorumlock.Lock, n)
@@ -442,9 +406,11 @@ func TestHiddenRemoteInFlightAcquireDefinite(t *testing.T) {
 	if err := hl.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-waitErr; err != nil {
-		t.Fatalf("waiting Acquire: %v", err)
+	r := <-waited
+	if r.err != nil {
+		t.Fatalf("waiting Acquire: %v", r.err)
 	}
+	waitLock := r.l
 	info, err := nodes[newLead].Holder(ctx, "queued")
 	if err != nil || info.Holder != w.ID() || info.Token != waitLock.Token() || waitLock.Token() <= hl.Token() {
 		t.Fatalf("queued lock: %+v %v; returned token %d, previous %d", info, err, waitLock.Token(), hl.Token())
@@ -455,37 +421,20 @@ func TestHiddenRemoteInFlightAcquireDefinite(t *testing.T) {
 // returns the lock (and the table agrees) or an error with the session out
 // of the queue (or abandoned, which the cluster ends).
 func TestHiddenRemoteInterruptedAcquireAcrossLoss(t *testing.T) {
-	nodes := rbCluster(t, 3, nil)
-	lead := specLeader(t, nodes)
+	nodes, lead, cl := rbLeaderFirst(t, nil)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 	ctx := testCtx(t, 60*time.Second)
-	h, err := f.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Acquire(ctx, "q"); err != nil {
-		t.Fatal(err)
-	}
-	w, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newSession(t, f)
+	mustAcquire(t, h, "q")
+	w := newSession(t, cl)
 	actx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := w.Acquire(actx, "q")
-		got <- err
-	}()
-	rbWait(t, 10*time.Second, "w queued", func() bool {
-		info, err := f.Holder(ctx, "q")
-		return err == nil && slices.Contains(info.Waiters, w.ID())
-	})
+	got := acquireQueued(t, actx, w, f, "q")
 	nodes[lead].HardClose()
 	var aerr error
 	select {
-	case aerr = <-got:
+	case r := <-got:
+		aerr = r.err
 	case <-time.After(10 * time.Second):
 		t.Fatal("Acquire did not return after its ctx ended")
 	}
@@ -522,27 +471,14 @@ func TestHiddenRemoteObserveLeaderHolder(t *testing.T) {
 		t.Fatalf("Leader with none: %v", err)
 	}
 	events := cl.Observe(ctx, "sched")
-	next := func() quorumlock.LeaderInfo {
-		t.Helper()
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				t.Fatal("Observe closed")
-			}
-			return ev
-		case <-time.After(10 * time.Second):
-			t.Fatal("no Observe event")
-		}
-		return quorumlock.LeaderInfo{}
-	}
-	if ev := next(); ev.Session != 0 {
+	if ev := nextEvent(t, events); ev.Session != 0 {
 		t.Fatalf("first event %+v; want no leader", ev)
 	}
 	a, err := nodes[lead].Elect(ctx, "sched", []byte("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := next()
+	ev := nextEvent(t, events)
 	if ev.Epoch != a.Epoch() || string(ev.Value) != "a" || ev.Role != "sched" || ev.Session == 0 {
 		t.Fatalf("event %+v; want a's epoch %d", ev, a.Epoch())
 	}
@@ -552,7 +488,7 @@ func TestHiddenRemoteObserveLeaderHolder(t *testing.T) {
 	if err := a.Proclaim(ctx, []byte("a2")); err != nil {
 		t.Fatal(err)
 	}
-	if ev := next(); ev.Epoch != a.Epoch() || string(ev.Value) != "a2" {
+	if ev := nextEvent(t, events); ev.Epoch != a.Epoch() || string(ev.Value) != "a2" {
 		t.Fatalf("after Proclaim: %+v", ev)
 	}
 	// The client campaigns behind a; a resigns.
@@ -575,10 +511,10 @@ func TestHiddenRemoteObserveLeaderHolder(t *testing.T) {
 	if b == nil {
 		t.FailNow()
 	}
-	if ev := next(); ev.Session != 0 || ev.Epoch != a.Epoch() {
+	if ev := nextEvent(t, events); ev.Session != 0 || ev.Epoch != a.Epoch() {
 		t.Fatalf("between leaders: %+v; want no leader with the last epoch %d", ev, a.Epoch())
 	}
-	if ev := next(); ev.Epoch != b.Epoch() || b.Epoch() <= a.Epoch() || string(ev.Value) != "b" {
+	if ev := nextEvent(t, events); ev.Epoch != b.Epoch() || b.Epoch() <= a.Epoch() || string(ev.Value) != "b" {
 		t.Fatalf("second leader: %+v, epochs a %d b %d", ev, a.Epoch(), b.Epoch())
 	}
 	// Holder of the role's name is a lock namespace: the role does not
@@ -599,21 +535,10 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 	lead := specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes))
 	ctx := testCtx(t, 60*time.Second)
-	h, err := nodes[lead].NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Acquire(ctx, "busy"); err != nil {
-		t.Fatal(err)
-	}
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Acquire(ctx, "mine")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newSession(t, nodes[lead])
+	mustAcquire(t, h, "busy")
+	s := newSession(t, cl)
+	l := mustAcquire(t, s, "mine")
 	ld, err := cl.Elect(ctx, "role", []byte("v"))
 	if err != nil {
 		t.Fatal(err)
@@ -622,15 +547,7 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 	if ev := <-obs; ev.Epoch != ld.Epoch() {
 		t.Fatalf("observe: %+v", ev)
 	}
-	waiting := make(chan error, 1)
-	go func() {
-		_, err := s.Acquire(ctx, "busy")
-		waiting <- err
-	}()
-	rbWait(t, 10*time.Second, "queued", func() bool {
-		info, err := cl.Holder(ctx, "busy")
-		return err == nil && slices.Contains(info.Waiters, s.ID())
-	})
+	waiting := acquireQueued(t, ctx, s, cl, "busy")
 
 	closeErr := make(chan error, 1)
 	go func() { closeErr <- cl.Close() }()
@@ -643,9 +560,9 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 		t.Fatal("Close hung")
 	}
 	select {
-	case err := <-waiting:
-		if !errors.Is(err, quorumlock.ErrClosed) {
-			t.Errorf("waiting Acquire: %v; want ErrClosed", err)
+	case r := <-waiting:
+		if !errors.Is(r.err, quorumlock.ErrClosed) {
+			t.Errorf("waiting Acquire: %v; want ErrClosed", r.err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiting Acquire did not return after Close")
@@ -804,14 +721,8 @@ func TestHiddenRemoteCutOffLosesLease(t *testing.T) {
 	specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes))
 	ctx := testCtx(t, 30*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSession(t, cl)
+	l := mustAcquire(t, s, "x")
 	for _, n := range nodes {
 		n.HardClose()
 	}
@@ -848,14 +759,8 @@ func TestHiddenRemoteExpiredOnClusterNotRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := nodes[lead].NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustAcquire(t, s, "x")
+	other := newSession(t, nodes[lead])
 	ol, err := other.Acquire(ctx, "x") // granted once the cluster expires s
 	if err != nil {
 		t.Fatal(err)
@@ -897,10 +802,8 @@ func TestHiddenRemoteObserveAcrossReplicaLoss(t *testing.T) {
 }
 
 func rbObserveAcrossLoss(t *testing.T, withSession bool) {
-	nodes := rbCluster(t, 3, nil)
-	lead := specLeader(t, nodes)
+	nodes, lead, cl := rbLeaderFirst(t, nil)
 	a, b := nodes[(lead+1)%3], nodes[(lead+2)%3]
-	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 	ctx := testCtx(t, 60*time.Second)
 	// A session on the client keeps its heartbeats (and so its idea of the
 	// leader) current; without one, the failed stream alone moves.
@@ -968,13 +871,8 @@ func TestHiddenRemoteDialSkipsDeadAddresses(t *testing.T) {
 	defer mute.Close()
 	cl := rbDial(t, []string{dead, mute.Addr().String(), nodes[0].Addr().String()})
 	ctx := testCtx(t, 20*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Acquire(ctx, "x"); err != nil {
-		t.Fatal(err)
-	}
+	s := newSession(t, cl)
+	mustAcquire(t, s, "x")
 	if info, err := cl.Holder(ctx, "x"); err != nil || info.Holder != s.ID() {
 		t.Fatalf("Holder: %+v %v", info, err)
 	}
@@ -989,13 +887,8 @@ func TestHiddenRemoteMinorityBlocksUntilCtx(t *testing.T) {
 	lead := specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes, lead))
 	ctx := testCtx(t, 30*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Acquire(ctx, "x"); err != nil {
-		t.Fatal(err)
-	}
+	s := newSession(t, cl)
+	mustAcquire(t, s, "x")
 	nodes[(lead+1)%3].HardClose()
 	nodes[(lead+2)%3].HardClose()
 	for _, call := range []struct {
@@ -1052,22 +945,14 @@ func TestHiddenRemoteDialBadInput(t *testing.T) {
 // their original outcome: a re-sent Release that was applied before the
 // loss still returns nil, not ErrNotHeld.
 func TestHiddenRemoteInFlightReleaseDefinite(t *testing.T) {
-	nodes := rbCluster(t, 3, nil)
-	lead := specLeader(t, nodes)
-	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
+	nodes, lead, cl := rbLeaderFirst(t, nil)
 	ctx := testCtx(t, 60*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSession(t, cl)
 	closing, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl2, err := closing.Acquire(ctx, "closing")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl2 := mustAcquire(t, closing, "closing")
 	const n = 20
 	held := make([]*quorumlock.Lock, n)
 	for i := range n {
@@ -1237,38 +1122,14 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 	for _, mode := range []string{"paused", "cut off"} {
 		t.Run(mode, func(t *testing.T) {
 			nw := newRBNet()
-			nodes := rbCluster(t, 3, nw.configure)
-			lead := specLeader(t, nodes)
+			nodes, lead, cl := rbLeaderFirst(t, nw.configure)
 			f := nodes[(lead+1)%3]
-			cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 			ctx := testCtx(t, 60*time.Second)
-			h, err := f.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hl, err := h.Acquire(ctx, "q")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var wl *quorumlock.Lock
-			waited := make(chan error, 1)
-			go func() {
-				var err error
-				wl, err = s.Acquire(ctx, "q")
-				waited <- err
-			}()
-			rbWait(t, 10*time.Second, "s queued", func() bool {
-				info, err := f.Holder(ctx, "q")
-				return err == nil && slices.Contains(info.Waiters, s.ID())
-			})
+			h := newSession(t, f)
+			hl := mustAcquire(t, h, "q")
+			s := newSession(t, cl)
+			l := mustAcquire(t, s, "x")
+			waited := acquireQueued(t, ctx, s, f, "q")
 			events := cl.Observe(ctx, "role")
 			select {
 			case ev := <-events:
@@ -1291,11 +1152,13 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 			if err := hl.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
+			var wl *quorumlock.Lock
 			select {
-			case err := <-waited:
-				if err != nil {
-					t.Fatalf("waiting Acquire: %v", err)
+			case r := <-waited:
+				if r.err != nil {
+					t.Fatalf("waiting Acquire: %v", r.err)
 				}
+				wl = r.l
 			case <-time.After(3 * rbTTL):
 				t.Fatalf("waiting Acquire not granted within %v of the release", 3*rbTTL)
 			}
@@ -1343,22 +1206,12 @@ func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
 // Client.Close while the client's replica has just died and requests are
 // being re-sent: every call returns ErrClosed promptly, none hangs.
 func TestHiddenRemoteCloseDuringFailover(t *testing.T) {
-	nodes := rbCluster(t, 3, nil)
-	lead := specLeader(t, nodes)
+	nodes, lead, cl := rbLeaderFirst(t, nil)
 	f := nodes[(lead+1)%3]
-	cl := rbDial(t, specAddrs(nodes, lead, (lead+1)%3, (lead+2)%3))
 	ctx := testCtx(t, 60*time.Second)
-	h, err := f.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.Acquire(ctx, "busy"); err != nil {
-		t.Fatal(err)
-	}
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newSession(t, f)
+	mustAcquire(t, h, "busy")
+	s := newSession(t, cl)
 	const n = 10
 	errs := make(chan error, 2*n)
 	for i := range n {
@@ -1394,10 +1247,7 @@ func TestHiddenRemoteSessionLimit(t *testing.T) {
 	specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes, 0))
 	ctx := testCtx(t, 20*time.Second)
-	a, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newSession(t, cl)
 	if _, err := nodes[0].NewSession(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1425,10 +1275,7 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 	f := nodes[(lead+1)%3]
 	cl := rbDial(t, specAddrs(nodes))
 	ctx := testCtx(t, 60*time.Second)
-	h, err := nodes[lead].NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newSession(t, nodes[lead])
 	results := map[string]map[string]string{}
 	for _, o := range []struct {
 		name string
@@ -1437,17 +1284,11 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 		got := map[string]string{}
 		results[o.name] = got
 		p := o.name + "/"
-		hl, err := h.Acquire(ctx, p+"held")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := o.o.NewSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		hl := mustAcquire(t, h, p+"held")
+		s := newSession(t, o.o)
 		done, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err = s.Acquire(done, p+"held")
+		_, err := s.Acquire(done, p+"held")
 		got["Acquire held, ended ctx"] = rbKind(err)
 		_, err = s.TryAcquire(done, p+"held")
 		got["TryAcquire held, ended ctx"] = rbKind(err)
@@ -1464,26 +1305,15 @@ func TestHiddenRemoteCtxAndCloseSameAsLocal(t *testing.T) {
 		got["queued after ctx ended"] = fmt.Sprint(err != nil || len(hi.Waiters) != 0)
 
 		// Close frees s's lock for h, which waits.
-		sl, err := s.Acquire(ctx, p+"free")
-		if err != nil {
-			t.Fatal(err)
-		}
-		granted := make(chan *quorumlock.Lock, 1)
-		go func() {
-			l, err := h.Acquire(ctx, p+"free")
-			if err != nil {
-				t.Error(err)
-			}
-			granted <- l
-		}()
-		rbWait(t, 10*time.Second, "h queued", func() bool {
-			i, err := o.o.Holder(ctx, p+"free")
-			return err == nil && slices.Contains(i.Waiters, h.ID())
-		})
+		sl := mustAcquire(t, s, p+"free")
+		granted := acquireQueued(t, ctx, h, o.o, p+"free")
 		got["Close"] = rbKind(s.Close(ctx))
 		select {
-		case l := <-granted:
-			got["next waiter granted with larger token"] = fmt.Sprint(l != nil && l.Token() > sl.Token())
+		case r := <-granted:
+			if r.err != nil {
+				t.Error(r.err)
+			}
+			got["next waiter granted with larger token"] = fmt.Sprint(r.l != nil && r.l.Token() > sl.Token())
 		case <-time.After(rbTTL / 2):
 			got["next waiter granted with larger token"] = "not within TTL/2"
 		}
@@ -1540,30 +1370,17 @@ func TestHiddenRemoteElectWithdrawAndRevokeWaiter(t *testing.T) {
 		}
 
 		// A waiter whose session is revoked.
-		h, err := nodes[lead].NewSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.Acquire(ctx, o.name+"-lock"); err != nil {
-			t.Fatal(err)
-		}
-		w, err := o.o.NewSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan error, 1)
-		go func() { _, err := w.Acquire(ctx, o.name+"-lock"); got <- err }()
-		rbWait(t, 10*time.Second, "w queued", func() bool {
-			i, err := o.o.Holder(ctx, o.name+"-lock")
-			return err == nil && slices.Contains(i.Waiters, w.ID())
-		})
+		h := newSession(t, nodes[lead])
+		mustAcquire(t, h, o.name+"-lock")
+		w := newSession(t, o.o)
+		got := acquireQueued(t, ctx, w, o.o, o.name+"-lock")
 		if err := cl.RevokeSession(ctx, w.ID()); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case err := <-got:
-			if !errors.Is(err, quorumlock.ErrSessionExpired) {
-				t.Errorf("%s: waiting Acquire of a revoked session: %v", o.name, err)
+		case r := <-got:
+			if !errors.Is(r.err, quorumlock.ErrSessionExpired) {
+				t.Errorf("%s: waiting Acquire of a revoked session: %v", o.name, r.err)
 			}
 		case <-time.After(2 * rbTTL):
 			t.Errorf("%s: waiting Acquire of a revoked session did not return", o.name)
