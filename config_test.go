@@ -3,7 +3,6 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,16 +64,22 @@ func TestStartRejectsBadConfig(t *testing.T) {
 }
 
 func TestStartRefusesForeignDataDir(t *testing.T) {
+	checkForeignDataDir(t, "")
+}
+
+// checkForeignDataDir checks that a data directory written by member 1 of
+// cluster alpha with backend (the default if empty) is refused with
+// ErrForeignDataDir to member 2 and to member 1 of another cluster, and
+// reopens for its owner.
+func checkForeignDataDir(t *testing.T, backend quorumlock.LogBackend) {
+	t.Helper()
 	dir := t.TempDir()
 	start := func(id uint64, cluster string) (*quorumlock.Node, error) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lis := mustListen(t)
 		peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}
 		peers[id] = lis.Addr().String()
 		return quorumlock.Start(context.Background(), quorumlock.Config{
-			ID: id, Peers: peers, DataDir: dir, Listener: lis, ClusterName: cluster,
+			ID: id, Peers: peers, DataDir: dir, Listener: lis, ClusterName: cluster, LogBackend: backend,
 		})
 	}
 	n, err := start(1, "alpha")
@@ -90,7 +95,7 @@ func TestStartRefusesForeignDataDir(t *testing.T) {
 			if n != nil {
 				n.Close()
 			}
-			t.Fatalf("member %d of %q on member 1 of alpha's directory: %v, want ErrForeignDataDir", tc.id, tc.cluster, err)
+			t.Fatalf("member %d of %q on member 1 of alpha's directory (backend %q): %v, want ErrForeignDataDir", tc.id, tc.cluster, backend, err)
 		}
 	}
 	n, err = start(1, "alpha")

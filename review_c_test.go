@@ -153,22 +153,7 @@ func TestReviewCStartOnUnusableDataDir(t *testing.T) {
 			}},
 		} {
 			t.Run(string(backend)+"/"+tc.name, func(t *testing.T) {
-				cfg := singleConfig(t, tc.prep(t.TempDir()), backend)
-				var n *quorumlock.Node
-				var err error
-				func() {
-					defer func() {
-						if r := recover(); r != nil {
-							t.Fatalf("Start panicked: %v", r)
-						}
-					}()
-					n, err = quorumlock.Start(testCtx(t, 10*time.Second), cfg)
-				}()
-				if err == nil {
-					n.Close()
-					t.Fatal("Start succeeded")
-				}
-				t.Logf("refused: %v", err)
+				startRefused(t, singleConfig(t, tc.prep(t.TempDir()), backend))
 			})
 		}
 	}
@@ -179,36 +164,28 @@ func TestReviewCStartOnUnusableDataDir(t *testing.T) {
 // to member 2 and to member 1 of another cluster, and reopens for its
 // owner.
 func TestReviewCForeignDataDirWAL(t *testing.T) {
-	dir := t.TempDir()
-	start := func(id uint64, cluster string) (*quorumlock.Node, error) {
-		lis := mustListen(t)
-		peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2", 3: "127.0.0.1:3"}
-		peers[id] = lis.Addr().String()
-		return quorumlock.Start(context.Background(), quorumlock.Config{
-			ID: id, Peers: peers, DataDir: dir, Listener: lis, ClusterName: cluster, LogBackend: quorumlock.LogWAL,
-		})
-	}
-	n, err := start(1, "alpha")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Close()
-	for _, tc := range []struct {
-		id      uint64
-		cluster string
-	}{{2, "alpha"}, {1, "beta"}} {
-		if n, err := start(tc.id, tc.cluster); !errors.Is(err, quorumlock.ErrForeignDataDir) {
-			if n != nil {
-				n.Close()
+	checkForeignDataDir(t, quorumlock.LogWAL)
+}
+
+// startRefused checks that Start(cfg) fails with an error: no panic, no
+// started replica.
+func startRefused(t *testing.T, cfg quorumlock.Config) {
+	t.Helper()
+	var n *quorumlock.Node
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("Start panicked: %v", r)
 			}
-			t.Fatalf("member %d of %q on member 1 of alpha's WAL directory: %v, want ErrForeignDataDir", tc.id, tc.cluster, err)
-		}
+		}()
+		n, err = quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	}()
+	if err == nil {
+		n.Close()
+		t.Fatal("Start succeeded")
 	}
-	n, err = start(1, "alpha")
-	if err != nil {
-		t.Fatalf("the rightful owner cannot restart: %v", err)
-	}
-	n.Close()
+	t.Logf("refused: %v", err)
 }
 
 // TestReviewCStartWithoutPermissions: Start on a data directory the
@@ -258,22 +235,7 @@ func TestReviewCStartWithoutPermissions(t *testing.T) {
 			t.Run(string(backend)+"/"+tc.name, func(t *testing.T) {
 				dir := t.TempDir()
 				t.Cleanup(func() { chmodAll(t, dir, 0o755, 0o644) })
-				cfg := singleConfig(t, tc.prep(t, dir), backend)
-				var n *quorumlock.Node
-				var err error
-				func() {
-					defer func() {
-						if r := recover(); r != nil {
-							t.Fatalf("Start panicked: %v", r)
-						}
-					}()
-					n, err = quorumlock.Start(testCtx(t, 10*time.Second), cfg)
-				}()
-				if err == nil {
-					n.Close()
-					t.Fatal("Start succeeded")
-				}
-				t.Logf("refused: %v", err)
+				startRefused(t, singleConfig(t, tc.prep(t, dir), backend))
 			})
 		}
 	}
