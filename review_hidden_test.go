@@ -43,27 +43,7 @@ func hidWaitWaiters(t *testing.T, n *quorumlock.Node, name string, want []uint64
 func TestHiddenWaiterGrantedWithinDeadline(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
-	f := follower(c, ld)
-	holderS := newSession(t, c.Node(ld))
-	waiterS := newSession(t, c.Node(f))
-	l1, err := holderS.Acquire(testCtx(t, 5*time.Second), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	res := acquireAsync(wctx, waiterS, "job")
-	time.Sleep(800 * time.Millisecond)
-	if err := l1.Release(testCtx(t, 5*time.Second)); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("waiter with 2 s deadline, released after 0.8 s: %v", r.err)
-	}
-	if r.l.Token() <= l1.Token() {
-		t.Fatalf("token %d after %d", r.l.Token(), l1.Token())
-	}
+	hidWaiterGranted(t, c.Node(ld), c.Node(follower(c, ld)), 2*time.Second, 800*time.Millisecond)
 }
 
 // The same with the default Config a user gets from the README (1 s
@@ -73,22 +53,27 @@ func TestHiddenWaiterGrantedWithinDeadlineDefaultConfig(t *testing.T) {
 	nodes := specCluster(t, 3, func(cfg *quorumlock.Config) {
 		cfg.TickInterval, cfg.ElectionTicks = 0, 0 // the defaults: 100 ms tick, 1 s election timeout, 10 s TTL
 	})
-	holderS := newSession(t, nodes[0])
-	waiterS := newSession(t, nodes[1])
-	l1, err := holderS.Acquire(testCtx(t, 10*time.Second), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	hidWaiterGranted(t, nodes[0], nodes[1], 3*time.Second, 1500*time.Millisecond)
+}
+
+// hidWaiterGranted checks that a session on waiterN whose Acquire has a
+// ctx with the given deadline is granted the lock, with a larger token,
+// when a session on holderN that holds it releases it releaseAfter in.
+func hidWaiterGranted(t *testing.T, holderN, waiterN *quorumlock.Node, deadline, releaseAfter time.Duration) {
+	t.Helper()
+	holderS := newSession(t, holderN)
+	waiterS := newSession(t, waiterN)
+	l1 := mustAcquire(t, holderS, "job")
+	wctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	res := acquireAsync(wctx, waiterS, "job")
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(releaseAfter)
 	if err := l1.Release(testCtx(t, 5*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	r := <-res
 	if r.err != nil {
-		t.Fatalf("waiter with 3 s deadline, released after 1.5 s: %v", r.err)
+		t.Fatalf("waiter with %v deadline, released after %v: %v", deadline, releaseAfter, r.err)
 	}
 	if r.l.Token() <= l1.Token() {
 		t.Fatalf("token %d after %d", r.l.Token(), l1.Token())
