@@ -3,7 +3,9 @@ package quorumlock_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,4 +112,43 @@ func closed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// silentListener returns a loopback listener that accepts connections and
+// never answers on them (a paused process's port); it and its connections
+// are closed when the test ends.
+func silentListener(t *testing.T) net.Listener {
+	t.Helper()
+	lis := mustListen(t)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis
+}
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	lis := mustListen(t)
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
 }

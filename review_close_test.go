@@ -3,8 +3,6 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -167,35 +165,11 @@ func TestReviewCutOffReplicaReadsDoNotGoStale(t *testing.T) {
 // Dial, and the calls of a client whose only replica accepts connections
 // but never answers (a paused process), return within their contexts.
 func TestReviewCallsBoundedAgainstSilentReplica(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	lis := silentListener(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = quorumlock.Dial(ctx, []string{lis.Addr().String()}, quorumlock.WithElectionTimeout(time.Second))
+	_, err := quorumlock.Dial(ctx, []string{lis.Addr().String()}, quorumlock.WithElectionTimeout(time.Second))
 	if d := time.Since(start); err == nil || d > time.Second {
 		t.Fatalf("Dial against a silent replica: %v after %v", err, d)
 	}

@@ -630,41 +630,9 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 // ErrInvalidConfig; it returns before the ctx ends when every address
 // refuses.
 func TestHiddenRemoteDialNothingListening(t *testing.T) {
-	var refused []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		refused = append(refused, l.Addr().String())
-		l.Close()
-	}
+	refused := []string{deadAddr(t), deadAddr(t), deadAddr(t)}
 	// A listener that accepts and never speaks (a paused process's port).
-	mute, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mute.Close()
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := mute.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	mute := silentListener(t)
 
 	for _, tc := range []struct {
 		name  string
@@ -858,16 +826,9 @@ func rbObserveAcrossLoss(t *testing.T, withSession bool) {
 func TestHiddenRemoteDialSkipsDeadAddresses(t *testing.T) {
 	nodes := rbCluster(t, 1, nil)
 	specLeader(t, nodes)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
-	mute, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dead := deadAddr(t)
+	// A listener that never accepts.
+	mute := mustListen(t)
 	defer mute.Close()
 	cl := rbDial(t, []string{dead, mute.Addr().String(), nodes[0].Addr().String()})
 	ctx := testCtx(t, 20*time.Second)
