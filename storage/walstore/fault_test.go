@@ -160,6 +160,23 @@ func TestCorruptRecordMidLog(t *testing.T) {
 	}
 }
 
+// writeSegments writes entries 1..300 to a new store in dir, closes it,
+// and returns its segment files, of which there must be three or more
+// (the caller has made segments small).
+func writeSegments(t *testing.T, dir string) []string {
+	t.Helper()
+	s := openT(t, dir)
+	saveEach(t, s, 1, 300)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := segmentPaths(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("%d segments, want at least 3", len(segs))
+	}
+	return segs
+}
+
 // TestCorruptEarlierSegment damages a record of a segment before the last
 // one, and removes a segment from the middle.
 func TestCorruptEarlierSegment(t *testing.T) {
@@ -187,15 +204,7 @@ func TestCorruptEarlierSegment(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openT(t, dir)
-			saveEach(t, s, 1, 300)
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			segs := segmentPaths(t, dir)
-			if len(segs) < 3 {
-				t.Fatalf("%d segments, want at least 3", len(segs))
-			}
+			segs := writeSegments(t, dir)
 			named := c.damage(t, segs)
 			s, err := Open(dir, Options{})
 			if err == nil {

@@ -27,15 +27,7 @@ func TestReviewCEarlierSegmentCutShort(t *testing.T) {
 		for _, which := range []int{0, 1} {
 			t.Run(fmt.Sprintf("%s/segment %d", c.name, which), func(t *testing.T) {
 				dir := t.TempDir()
-				s := openT(t, dir)
-				saveEach(t, s, 1, 300)
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				segs := segmentPaths(t, dir)
-				if len(segs) < 3 {
-					t.Fatalf("%d segments, want at least 3", len(segs))
-				}
+				segs := writeSegments(t, dir)
 				modify(t, segs[which], c.damage)
 				s, err := Open(dir, Options{})
 				if err == nil {
