@@ -130,10 +130,7 @@ func TestReviewCRestartAllRepeatedly(t *testing.T) {
 // panic, never a started replica), on each backend.
 func TestReviewCStartOnUnusableDataDir(t *testing.T) {
 	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
-		sub := "log"
-		if backend == quorumlock.LogWAL {
-			sub = "wal"
-		}
+		sub := backendDir(backend)
 		for _, tc := range []struct {
 			name string
 			prep func(dir string) string // returns the DataDir
@@ -165,6 +162,15 @@ func TestReviewCStartOnUnusableDataDir(t *testing.T) {
 // owner.
 func TestReviewCForeignDataDirWAL(t *testing.T) {
 	checkForeignDataDir(t, quorumlock.LogWAL)
+}
+
+// backendDir names the directory under DataDir that backend keeps its
+// log in.
+func backendDir(backend quorumlock.LogBackend) string {
+	if backend == quorumlock.LogWAL {
+		return "wal"
+	}
+	return "log"
 }
 
 // startRefused checks that Start(cfg) fails with an error: no panic, no
@@ -200,10 +206,7 @@ func TestReviewCStartWithoutPermissions(t *testing.T) {
 		return
 	}
 	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
-		sub := "log"
-		if backend == quorumlock.LogWAL {
-			sub = "wal"
-		}
+		sub := backendDir(backend)
 		for _, tc := range []struct {
 			name string
 			prep func(t *testing.T, dir string) string // returns the DataDir
