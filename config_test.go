@@ -117,15 +117,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	before := c.Node(lead).Status().Commit
 	bad := []string{"", strings.Repeat("x", 257), "bad\xffutf8", "nul\x00byte"}
 	for _, name := range bad {
-		if _, err := s.Acquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
-			t.Errorf("Acquire(%q): %v", name, err)
-		}
-		if _, err := s.TryAcquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
-			t.Errorf("TryAcquire(%q): %v", name, err)
-		}
-		if _, err := n.Holder(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
-			t.Errorf("Holder(%q): %v", name, err)
-		}
+		checkLockCallsRefuseName(t, ctx, s, n, name)
 	}
 	if _, err := s.Acquire(ctx, strings.Repeat("y", 256)); err != nil {
 		t.Errorf("a 256-byte name is valid: %v", err)

@@ -2,6 +2,7 @@ package quorumlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -93,6 +94,21 @@ func acquireQueued(t *testing.T, ctx context.Context, s *quorumlock.Session, o o
 	ch := acquireAsync(ctx, s, name)
 	waitQueued(t, o, name, s.ID())
 	return ch
+}
+
+// checkLockCallsRefuseName checks that Acquire and TryAcquire on s, and
+// Holder through o, refuse name with ErrInvalidName.
+func checkLockCallsRefuseName(t *testing.T, ctx context.Context, s *quorumlock.Session, o opener, name string) {
+	t.Helper()
+	if _, err := s.Acquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Acquire(%q): %v", name, err)
+	}
+	if _, err := s.TryAcquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("TryAcquire(%q): %v", name, err)
+	}
+	if _, err := o.Holder(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Holder(%q): %v", name, err)
+	}
 }
 
 // follower returns a running replica that is not the leader.

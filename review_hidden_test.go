@@ -971,15 +971,7 @@ func TestHiddenBadInput(t *testing.T) {
 	s := newSession(t, n)
 	long := strings.Repeat("a", 257)
 	for _, name := range []string{"", "\xff\xfe", long, "a\x00b"} {
-		if _, err := s.Acquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
-			t.Errorf("Acquire(%q): %v", name, err)
-		}
-		if _, err := s.TryAcquire(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
-			t.Errorf("TryAcquire(%q): %v", name, err)
-		}
-		if _, err := n.Holder(ctx, name); !errors.Is(err, quorumlock.ErrInvalidName) {
-			t.Errorf("Holder(%q): %v", name, err)
-		}
+		checkLockCallsRefuseName(t, ctx, s, n, name)
 		if _, err := s.Elect(ctx, name, nil); !errors.Is(err, quorumlock.ErrInvalidName) {
 			t.Errorf("Elect(%q): %v", name, err)
 		}
