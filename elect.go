@@ -2,6 +2,7 @@ package quorumlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -149,7 +150,16 @@ func electOwned(ctx context.Context, role string, value []byte, maxName int, set
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settle)
 		defer cancel()
-		s.Close(cctx)
+		if errors.Is(s.Close(cctx), ErrUnknownOutcome) {
+			// No leader answered the close in time (typically with
+			// ErrWithdrawPending: no leader answered the withdrawal
+			// either). Close ended the session here, and with it its
+			// background withdrawal: the cluster would keep the
+			// candidacy, and could elect it with nobody leading, until
+			// the session's TTL ran out there. Keep closing it until a
+			// leader hears.
+			s.closeRemoteLater()
+		}
 		return nil, err
 	}
 	ld := newLeadership(role, s, l, true)

@@ -265,15 +265,23 @@ func (s *Session) end(cause error, closeRemote bool) {
 	}
 	s.hb.remove(s)
 	if closeRemote {
-		s.hb.background(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
-			defer cancel()
-			stop := context.AfterFunc(chanCtx(s.hb.closed), cancel)
-			defer stop()
-			q := s.nextSeq()
-			s.be.propose(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
-		})
+		s.closeRemoteLater()
 	}
+}
+
+// closeRemoteLater sends the session's close to the cluster in the
+// background (best effort, for up to a TTL, until the Node or Client
+// closes), so that the cluster frees what it holds, and ends its waits,
+// as soon as a leader hears it rather than when its TTL runs out there.
+func (s *Session) closeRemoteLater() {
+	s.hb.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+		defer cancel()
+		stop := context.AfterFunc(chanCtx(s.hb.closed), cancel)
+		defer stop()
+		q := s.nextSeq()
+		s.be.propose(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
+	})
 }
 
 // leadershipsLocked returns the session's leaderships: those of its
