@@ -408,8 +408,8 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // the settling into ctx, Acquire stops waiting min(a quarter of the
 // election timeout, a tenth of the remaining time) before ctx's deadline
 // (settling gets at least 50 ms, which may pass a deadline closer than
-// that); after a cancellation without a deadline it takes up to an
-// election timeout more. If the cluster cannot confirm the withdrawal in
+// that); after a cancellation (before the deadline, if any) it takes up
+// to an election timeout more. If the cluster cannot confirm the withdrawal in
 // that time (no leader: an election, a partition, no quorum), Acquire
 // returns ctx's error joined with ErrWithdrawPending: the caller does not
 // hold the lock, and the session, alive with its other locks, withdraws in
@@ -645,7 +645,8 @@ func settleReserve(grace, remaining time.Duration) time.Duration {
 // settle withdraws the acquire target after its caller stopped waiting,
 // and reports the outcome: the grant, if it won the race, or ctx's error
 // with the request out of the queue. It has until ctx's deadline (at least
-// minSettle), or settleGrace after a cancellation. If the withdrawal is not
+// minSettle), or after a cancellation settleGrace (at most until the
+// deadline, if ctx has one, and at least minSettle). If the withdrawal is not
 // answered in that time (no leader yet: an election, a partition), the
 // caller gets ctx's error all the same, and the withdrawal goes on in the
 // background (handed reports it: it then owns target's number and, with a
@@ -658,7 +659,13 @@ func settleReserve(grace, remaining time.Duration) time.Duration {
 func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lock, handed bool, err error) {
 	budget := s.be.settleGrace()
 	if d, ok := ctx.Deadline(); ok {
-		budget = max(time.Until(d), minSettle)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// Cancelled before its deadline: the caller wants out now,
+			// not when a deadline (maybe hours away) passes.
+			budget = min(budget, max(time.Until(d), minSettle))
+		} else {
+			budget = max(time.Until(d), minSettle)
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
