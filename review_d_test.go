@@ -6,8 +6,6 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
-	"os"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -83,9 +81,6 @@ func TestReviewDOwnedElectWithdrawPendingLeavesTheQueue(t *testing.T) {
 	select {
 	case err = <-werr:
 	case <-time.After(10 * time.Second):
-		buf := make([]byte, 1<<22)
-		n := runtime.Stack(buf, true)
-		os.WriteFile("/tmp/reviewd_stack.txt", buf[:n], 0o644)
 		t.Fatal("Elect did not return after its ctx ended")
 	}
 	if !errors.Is(err, quorumlock.ErrWithdrawPending) {
