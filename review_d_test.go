@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/quorumlock/quorumlock"
 	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
@@ -101,4 +103,60 @@ func TestReviewDOwnedElectWithdrawPendingLeavesTheQueue(t *testing.T) {
 	if err := ld.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Client.Close while an interrupted Acquire's withdrawal goes on in the
+// background (the client cut off from every replica) returns, and leaves
+// no goroutine of the client behind.
+func TestReviewDClientCloseWithWithdrawalPendingLeavesNoGoroutines(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	h := newSession(t, c.Node(lead))
+	mustAcquire(t, h, "busy")
+	time.Sleep(100 * time.Millisecond)
+	ignore := goleak.IgnoreCurrent()
+
+	const me = 100 // the client's end of its links
+	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithDialer(c.Net.Dialer(me)), quorumlock.WithSessionTTL(30*time.Second))
+	ctx := testCtx(t, 20*time.Second)
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(actx, "busy")
+		errc <- err
+	}()
+	waitQueued(t, c.Node(lead), "busy", s.ID())
+	c.Net.Isolate(me, c.IDs())
+	cancel()
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return after its ctx ended")
+	}
+	if !errors.Is(err, quorumlock.ErrWithdrawPending) {
+		t.Skipf("the withdrawal was answered (%v): nothing to check", err)
+	}
+	if s.Err() != nil {
+		t.Fatalf("session ended: %v", s.Err())
+	}
+	closed := make(chan struct{})
+	go func() {
+		cl.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Client.Close hangs with a withdrawal pending")
+	}
+	if s.Err() == nil {
+		t.Fatal("session alive after Client.Close")
+	}
+	c.Net.Heal()
+	goleak.VerifyNone(t, ignore)
 }
