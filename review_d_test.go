@@ -6,6 +6,7 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -159,4 +160,60 @@ func TestReviewDClientCloseWithWithdrawalPendingLeavesNoGoroutines(t *testing.T)
 	}
 	c.Net.Heal()
 	goleak.VerifyNone(t, ignore)
+}
+
+// Many calls interrupted during one leaderless window (here 600
+// TryAcquires of distinct locks with a short ctx, through a replica cut
+// off from the others) each leave a withdrawal going on in the background.
+// Once a leader hears them they must all settle without costing the
+// session: before, every background withdrawal was re-sent at once with
+// the request list of the moment it was first sent, the cluster had to
+// remember an outcome for each withdrawal and its target, and past its
+// 1,024 remembered outcomes per session it refused the rest (ErrLimit),
+// which abandoned the session and lost its lock.
+func TestReviewDManyPendingWithdrawalsKeepTheSession(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 60 * time.Second})
+	lead := c.WaitLeader(10 * time.Second)
+	b := follower(c, lead)
+	ctx := testCtx(t, 120*time.Second)
+	s := newSession(t, c.Node(b))
+	a := mustAcquire(t, s, "A")
+	c.Isolate(b)
+	const n = 600
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			defer cancel()
+			_, err := s.TryAcquire(tctx, fmt.Sprintf("k%d", i))
+			errs <- err
+		}()
+	}
+	pending := 0
+	for range n {
+		if err := <-errs; errors.Is(err, quorumlock.ErrWithdrawPending) {
+			pending++
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TryAcquire without a leader: %v", err)
+		}
+	}
+	t.Logf("%d of %d withdrawals pending", pending, n)
+	c.Heal()
+	// A waiting Acquire of a name waits for its withdrawal: each gets
+	// through once the withdrawal settled, and the session lives on.
+	for i := range n {
+		l, err := s.Acquire(testCtx(t, 20*time.Second), fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatalf("Acquire k%d after the window: %v (session: %v)", i, err, s.Err())
+		}
+		if err := l.Release(testCtx(t, 10*time.Second)); err != nil {
+			t.Fatalf("Release k%d: %v", i, err)
+		}
+	}
+	if s.Err() != nil || closed(a.Lost()) {
+		t.Fatalf("the session ended: %v", s.Err())
+	}
+	if info := holder(t, c.Node(lead), "A"); info.Holder != s.ID() || info.Token != a.Token() {
+		t.Fatalf("A: %+v", info)
+	}
 }
