@@ -2,6 +2,7 @@ package quorumlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -73,7 +74,9 @@ type Leadership struct {
 //
 // Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
 // ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
-// ErrClosed, ctx's error.
+// ErrClosed, ctx's error (joined with ErrWithdrawPending when no leader
+// confirmed the withdrawal in time: it goes on in the background, as
+// Acquire's does).
 func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
 	if err := checkName(role, s.names); err != nil {
 		return nil, err
@@ -118,7 +121,11 @@ func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
 
 // Elect opens a session on this replica dedicated to the leadership and
 // campaigns with it (see Session.Elect). The session is closed when the
-// leadership is resigned, and ends with it when it is lost.
+// leadership is resigned, and ends with it when it is lost. If the
+// campaign fails, the session is closed before Elect returns; if no
+// leader answers that close in time (ErrWithdrawPending, say), the close
+// goes on in the background, so the candidacy leaves the queue as soon as
+// a leader hears it.
 func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
 	return electOwned(ctx, role, value, n.cfg.MaxNameBytes, n.cfg.electionTimeout(), n.NewSession)
 }
@@ -149,7 +156,16 @@ func electOwned(ctx context.Context, role string, value []byte, maxName int, set
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settle)
 		defer cancel()
-		s.Close(cctx)
+		if errors.Is(s.Close(cctx), ErrUnknownOutcome) {
+			// No leader answered the close in time (typically with
+			// ErrWithdrawPending: no leader answered the withdrawal
+			// either). Close ended the session here, and with it its
+			// background withdrawal: the cluster would keep the
+			// candidacy, and could elect it with nobody leading, until
+			// the session's TTL ran out there. Keep closing it until a
+			// leader hears.
+			s.closeRemoteLater()
+		}
 		return nil, err
 	}
 	ld := newLeadership(role, s, l, true)

@@ -25,7 +25,8 @@ type backend interface {
 	// keepAlive sends one heartbeat batch to the leader (a single attempt).
 	keepAlive(ctx context.Context, ids []uint64) (alive, gone []uint64, err error)
 	// settleGrace is how long settling an interrupted acquire may take
-	// before the session is abandoned: an election timeout.
+	// before the call returns ErrWithdrawPending (and the withdrawal goes
+	// on in the background): an election timeout.
 	settleGrace() time.Duration
 }
 

@@ -144,8 +144,9 @@ func (s *Session) TTL() time.Duration { return s.ttl }
 
 // Done is closed when the session is over: closed, expired (or revoked) on
 // the cluster, its lease ran out on the client, abandoned (an interrupted
-// Acquire whose withdrawal the cluster refused), or the Node or Client it
-// was opened through closed.
+// Acquire whose withdrawal the cluster refused, or kept refusing while it
+// went on in the background), or the Node or Client it was opened through
+// closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Err returns why the session ended (wrapping ErrSessionExpired or
@@ -265,15 +266,23 @@ func (s *Session) end(cause error, closeRemote bool) {
 	}
 	s.hb.remove(s)
 	if closeRemote {
-		s.hb.background(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
-			defer cancel()
-			stop := context.AfterFunc(chanCtx(s.hb.closed), cancel)
-			defer stop()
-			q := s.nextSeq()
-			s.be.propose(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
-		})
+		s.closeRemoteLater()
 	}
+}
+
+// closeRemoteLater sends the session's close to the cluster in the
+// background (best effort, for up to a TTL, until the Node or Client
+// closes), so that the cluster frees what it holds, and ends its waits,
+// as soon as a leader hears it rather than when its TTL runs out there.
+func (s *Session) closeRemoteLater() {
+	s.hb.background(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+		defer cancel()
+		stop := context.AfterFunc(chanCtx(s.hb.closed), cancel)
+		defer stop()
+		q := s.nextSeq()
+		s.be.propose(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_CLOSE_SESSION, Session: s.id}))
+	})
 }
 
 // leadershipsLocked returns the session's leaderships: those of its
@@ -400,8 +409,8 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // the settling into ctx, Acquire stops waiting min(a quarter of the
 // election timeout, a tenth of the remaining time) before ctx's deadline
 // (settling gets at least 50 ms, which may pass a deadline closer than
-// that); after a cancellation without a deadline it takes up to an
-// election timeout more. If the cluster cannot confirm the withdrawal in
+// that); after a cancellation (before the deadline, if any) it takes up
+// to an election timeout more. If the cluster cannot confirm the withdrawal in
 // that time (no leader: an election, a partition, no quorum), Acquire
 // returns ctx's error joined with ErrWithdrawPending: the caller does not
 // hold the lock, and the session, alive with its other locks, withdraws in
@@ -637,7 +646,8 @@ func settleReserve(grace, remaining time.Duration) time.Duration {
 // settle withdraws the acquire target after its caller stopped waiting,
 // and reports the outcome: the grant, if it won the race, or ctx's error
 // with the request out of the queue. It has until ctx's deadline (at least
-// minSettle), or settleGrace after a cancellation. If the withdrawal is not
+// minSettle), or after a cancellation settleGrace (at most until the
+// deadline, if ctx has one, and at least minSettle). If the withdrawal is not
 // answered in that time (no leader yet: an election, a partition), the
 // caller gets ctx's error all the same, and the withdrawal goes on in the
 // background (handed reports it: it then owns target's number and, with a
@@ -650,7 +660,13 @@ func settleReserve(grace, remaining time.Duration) time.Duration {
 func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lock, handed bool, err error) {
 	budget := s.be.settleGrace()
 	if d, ok := ctx.Deadline(); ok {
-		budget = max(time.Until(d), minSettle)
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// Cancelled before its deadline: the caller wants out now,
+			// not when a deadline (maybe hours away) passes.
+			budget = min(budget, max(time.Until(d), minSettle))
+		} else {
+			budget = max(time.Until(d), minSettle)
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
@@ -695,6 +711,19 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lo
 // keeps new waiting calls of the name waiting (settledPlace), as it does
 // while the caller settles. It reports false if the Node or Client is
 // closing (nothing started).
+//
+// A refusal for the session's number of requests in flight (a limit) is
+// not final here, as it is for a caller who must be told the outcome now:
+// it changed nothing, and the withdrawal is sent again a little later,
+// listing the session's requests in flight then (for up to limitPatience
+// election timeouts; then the session is abandoned, as for a refusal of
+// any other kind). Many calls interrupted in
+// one leaderless window leave as many withdrawals, each with its target
+// (two requests in flight), all sent again at once when a leader is back
+// with the lists of the moment they were first sent: past the cluster's
+// 1,024 requests per session the last of them were refused, and abandoning
+// the session then cost it every lock, which the background withdrawal
+// is there to spare it.
 func (s *Session) settleLater(name string, target, wseq uint64, req *lockpb.Request) bool {
 	return s.hb.background(func() {
 		defer s.finish(target)
@@ -705,26 +734,106 @@ func (s *Session) settleLater(name string, target, wseq uint64, req *lockpb.Requ
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		defer context.AfterFunc(chanCtx(s.hb.closed), cancel)()
-		resp, err := s.call(ctx, req)
-		if err != nil {
-			return // the session ended: the cluster frees what it held
-		}
-		switch resp.GetCode() {
-		case lockpb.Code_CODE_WITHDRAWN:
+		var refused refusals
+		for {
+			resp, err := s.call(ctx, req)
+			if err != nil {
+				return // the session ended: the cluster frees what it held
+			}
+			switch resp.GetCode() {
+			case lockpb.Code_CODE_WITHDRAWN:
+				return
+			case lockpb.Code_CODE_OK:
+				s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
+				return
+			case lockpb.Code_CODE_LIMIT:
+				if retry, ok := refused.again(s); ok {
+					if !s.pause(ctx, retry) {
+						return
+					}
+					req = s.renumbered(wseq, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name, Target: target})
+					continue
+				}
+			}
+			// Refused for good, or for too long: whether the session is
+			// still queued is unknown.
+			s.end(errAbandoned, true)
 			return
-		case lockpb.Code_CODE_OK:
-			s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
-			return
 		}
-		s.end(errAbandoned, true)
 	})
+}
+
+// limitPatience is how long, in election timeouts, a background
+// withdrawal (or its release) goes on after refusals for the session's
+// requests in flight before the session is abandoned: those of a burst of
+// withdrawals sent when a leader is back clear in a few commit rounds; a
+// refusal that lasts means the session keeps more than 1,024 requests in
+// flight, and a place in a queue that nobody waits for would then last
+// as long.
+const limitPatience = 10
+
+// refusals tracks the refusals (a limit) of one background request.
+type refusals struct {
+	since   time.Time
+	backoff time.Duration
+}
+
+// again records a refusal and returns how long to wait before sending the
+// request again, or false once the refusals have lasted limitPatience
+// election timeouts.
+func (r *refusals) again(s *Session) (time.Duration, bool) {
+	grace := s.be.settleGrace()
+	if r.since.IsZero() {
+		r.since, r.backoff = time.Now(), minBackoff
+	} else {
+		r.backoff = min(2*r.backoff, grace)
+	}
+	return r.backoff, time.Since(r.since) < limitPatience*grace
+}
+
+// renumbered sets r's sequence fields for the request seq, in flight,
+// from the session's other requests in flight now (as nextSeq does for a
+// new one): a copy of a refused request sent again must not list those
+// answered since, whose outcomes the cluster would go on keeping.
+func (s *Session) renumbered(seq uint64, r *lockpb.Request) *lockpb.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := numbered{seq: seq, done: seq, listed: true}
+	for other := range s.inflight {
+		if other < seq {
+			q.done = min(q.done, other)
+			q.pending = append(q.pending, other)
+		}
+	}
+	if len(q.pending) > maxListed {
+		q.pending, q.listed = nil, false
+	}
+	slices.Sort(q.pending)
+	return q.request(r)
+}
+
+// pause waits d, and reports false if ctx or the session ended meanwhile.
+func (s *Session) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	}
 }
 
 // releaseUnwanted releases the grant t of name that a settling found after
 // its caller had been told it did not get the lock, unless another call of
 // the session holds that grant now (acquiring a held lock returns it).
 // From here on, an answer with grant t is refused as one freed by a
-// concurrent Release (granted).
+// concurrent Release (granted). A release refused for the session's
+// requests in flight (a limit) changed nothing: it is sent again a little
+// later, as settleLater does (for up to limitPatience election timeouts,
+// then the session is abandoned).
 func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
 	s.mu.Lock()
 	if l := s.locks[name]; l != nil && l.token == t {
@@ -735,12 +844,24 @@ func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
 		c.released = max(c.released, t)
 	}
 	s.mu.Unlock()
-	q := s.nextSeq()
-	defer s.finish(q.seq)
-	resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Name: name, Token: uint64(t)}))
-	if err == nil && resp.GetCode() == lockpb.Code_CODE_LIMIT {
-		// Refused: the session would hold a lock nobody knows of.
-		s.end(errAbandoned, true)
+	var refused refusals
+	for {
+		q := s.nextSeq()
+		resp, err := s.call(ctx, q.request(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: s.id, Name: name, Token: uint64(t)}))
+		s.finish(q.seq)
+		if err != nil || resp.GetCode() != lockpb.Code_CODE_LIMIT {
+			return
+		}
+		retry, ok := refused.again(s)
+		if !ok {
+			// Refused for too long: the session would hold a lock
+			// nobody knows of.
+			s.end(errAbandoned, true)
+			return
+		}
+		if !s.pause(ctx, retry) {
+			return
+		}
 	}
 }
 
