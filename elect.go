@@ -133,7 +133,9 @@ func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadershi
 // Elect is Node.Elect through the client: it opens a session on the cluster
 // dedicated to the leadership (with the client's default TTL) and campaigns
 // with it (see Session.Elect). The session is closed when the leadership is
-// resigned, and ends with it when it is lost.
+// resigned, and ends with it when it is lost. If the campaign fails, the
+// session is closed as Node.Elect's is (in the background if no leader
+// answers that close within the WithElectionTimeout).
 func (c *Client) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
 	return electOwned(ctx, role, value, c.opts.maxName, c.opts.settle, c.NewSession)
 }

@@ -50,17 +50,22 @@ var (
 	ErrUnknownOutcome = errors.New("quorumlock: outcome unknown")
 
 	// ErrWithdrawPending comes joined with the context's error from
-	// Acquire, TryAcquire and Elect when ctx ended before the call was
-	// answered and the cluster could not confirm the request's withdrawal
-	// in time (no leader: an election, a partition, no quorum). The
-	// caller does not hold the lock (or role). The session stays alive
-	// and keeps its other locks; it goes on withdrawing in the
-	// background and releases a grant that won the race. Until that is
-	// confirmed, Holder (Leader) may show the session queued or holding,
-	// which keeps the lock from every other session: mutual exclusion
-	// holds throughout. A later waiting Acquire of the same name by the
-	// session waits for the withdrawal first. (etcd's Mutex.Lock and
-	// Curator's acquire clean up after a cancelled wait the same way.)
+	// Acquire, TryAcquire and Session.Elect (and Node.Elect and
+	// Client.Elect) when ctx ended before the call was answered and the
+	// cluster could not confirm the request's withdrawal in time (no
+	// leader: an election, a partition, no quorum). The call did not get
+	// the lock (or role); a Lock of it that the session already held stays
+	// held. The session stays alive and keeps its other locks; it goes on
+	// withdrawing in the background and releases a grant that won the race.
+	// (Node.Elect and Client.Elect close their dedicated session instead,
+	// in the background while no leader answers.) Until that is confirmed,
+	// Holder (Leader) may show the session queued, or holding a grant that
+	// won the race until it is released: the lock is kept from other
+	// sessions meanwhile, and mutual exclusion holds throughout. A later
+	// waiting Acquire of the same name by the session waits for the
+	// withdrawal first; if its ctx ends meanwhile, it returns ctx's error
+	// alone, having sent nothing. (etcd's Mutex.Lock and Curator's acquire
+	// clean up after a cancelled wait too.)
 	ErrWithdrawPending = errors.New("quorumlock: withdrawal pending")
 
 	// ErrInvalidConfig is returned by Start for a bad Config field and by

@@ -646,8 +646,9 @@ func settleReserve(grace, remaining time.Duration) time.Duration {
 // settle withdraws the acquire target after its caller stopped waiting,
 // and reports the outcome: the grant, if it won the race, or ctx's error
 // with the request out of the queue. It has until ctx's deadline (at least
-// minSettle), or after a cancellation settleGrace (at most until the
-// deadline, if ctx has one, and at least minSettle). If the withdrawal is not
+// minSettle), or after a cancellation settleGrace (cut to the time left
+// until the deadline, if ctx has one, but not below minSettle unless
+// settleGrace is shorter). If the withdrawal is not
 // answered in that time (no leader yet: an election, a partition), the
 // caller gets ctx's error all the same, and the withdrawal goes on in the
 // background (handed reports it: it then owns target's number and, with a
