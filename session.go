@@ -145,8 +145,8 @@ func (s *Session) TTL() time.Duration { return s.ttl }
 // Done is closed when the session is over: closed, expired (or revoked) on
 // the cluster, its lease ran out on the client, abandoned (an interrupted
 // Acquire whose withdrawal the cluster refused, or kept refusing while it
-// went on in the background), or the Node or Client it was opened through
-// closed.
+// went on in the background, as it did the release of a grant that won the
+// race), or the Node or Client it was opened through closed.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Err returns why the session ended (wrapping ErrSessionExpired or
