@@ -2,7 +2,6 @@ package quorumlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -158,16 +157,13 @@ func electOwned(ctx context.Context, role string, value []byte, maxName int, set
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settle)
 		defer cancel()
-		if errors.Is(s.Close(cctx), ErrUnknownOutcome) {
-			// No leader answered the close in time (typically with
-			// ErrWithdrawPending: no leader answered the withdrawal
-			// either). Close ended the session here, and with it its
-			// background withdrawal: the cluster would keep the
-			// candidacy, and could elect it with nobody leading, until
-			// the session's TTL ran out there. Keep closing it until a
-			// leader hears.
-			s.closeRemoteLater()
-		}
+		// If no leader answers the close in time (typically with
+		// ErrWithdrawPending: no leader answered the withdrawal either),
+		// Close ends the session here, and with it its background
+		// withdrawal, and goes on closing it in the background: else the
+		// cluster would keep the candidacy, and could elect it with
+		// nobody leading, until the session's TTL ran out there.
+		s.Close(cctx)
 		return nil, err
 	}
 	ld := newLeadership(role, s, l, true)

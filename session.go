@@ -944,9 +944,11 @@ func (s *Session) Locks() []*Lock {
 // next waiters are granted. Done and every Lost channel close whatever the
 // outcome, and the session's leaderships end (their Done closes) before
 // the close is sent, as with Resign. Closing an ended session returns nil
-// if it was closed, the end cause otherwise. If ctx ends first the error wraps ErrUnknownOutcome: the
-// session stops heartbeating, so its locks are freed at the latest when its
-// TTL runs out on the leader.
+// if it was closed, the end cause otherwise. If ctx ends first the error
+// wraps ErrUnknownOutcome: the session stops heartbeating, and the close
+// goes on in the background (for up to a TTL, until the Node or Client
+// closes), so its locks are freed when a leader hears it, at the latest
+// when its TTL runs out on the leader.
 func (s *Session) Close(ctx context.Context) error {
 	if err := s.Err(); err != nil {
 		if errors.Is(err, errSessionClosed) {
@@ -978,6 +980,11 @@ func (s *Session) Close(ctx context.Context) error {
 	case err != nil && errors.Is(err, ErrSessionExpired):
 		return err
 	case err != nil && ctx.Err() != nil:
+		// No leader answered in time (or ctx was already over): keep
+		// closing in the background, so that the cluster frees the
+		// session's locks and ends its waits as soon as a leader hears,
+		// not when the TTL runs out there.
+		s.closeRemoteLater()
 		return fmt.Errorf("%w: closing session %d: %w", ErrUnknownOutcome, s.id, err)
 	case err != nil:
 		return err
