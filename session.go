@@ -717,8 +717,8 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lo
 // not final here, as it is for a caller who must be told the outcome now:
 // it changed nothing, and the withdrawal is sent again a little later,
 // listing the session's requests in flight then (for up to limitPatience
-// election timeouts; then the session is abandoned, as for a refusal of
-// any other kind). Many calls interrupted in
+// election timeouts or half the TTL, see refusals.again; then the session
+// is abandoned, as for a refusal of any other kind). Many calls interrupted in
 // one leaderless window leave as many withdrawals, each with its target
 // (two requests in flight), all sent again at once when a leader is back
 // with the lists of the moment they were first sent: past the cluster's
@@ -781,7 +781,9 @@ type refusals struct {
 
 // again records a refusal and returns how long to wait before sending the
 // request again, or false once the refusals have lasted limitPatience
-// election timeouts.
+// election timeouts or half the session's TTL, whichever is longer (with
+// short election timeouts on a loaded machine, a burst of hundreds of
+// withdrawals took longer than ten of them to drain: found under -race).
 func (r *refusals) again(s *Session) (time.Duration, bool) {
 	grace := s.be.settleGrace()
 	if r.since.IsZero() {
@@ -789,7 +791,7 @@ func (r *refusals) again(s *Session) (time.Duration, bool) {
 	} else {
 		r.backoff = min(2*r.backoff, grace)
 	}
-	return r.backoff, time.Since(r.since) < limitPatience*grace
+	return r.backoff, time.Since(r.since) < max(limitPatience*grace, s.ttl/2)
 }
 
 // renumbered sets r's sequence fields for the request seq, in flight,
@@ -833,8 +835,8 @@ func (s *Session) pause(ctx context.Context, d time.Duration) bool {
 // From here on, an answer with grant t is refused as one freed by a
 // concurrent Release (granted). A release refused for the session's
 // requests in flight (a limit) changed nothing: it is sent again a little
-// later, as settleLater does (for up to limitPatience election timeouts,
-// then the session is abandoned).
+// later, as settleLater does (for up to limitPatience election timeouts
+// or half the TTL, then the session is abandoned).
 func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
 	s.mu.Lock()
 	if l := s.locks[name]; l != nil && l.token == t {
