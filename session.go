@@ -325,15 +325,27 @@ func (s *Session) nextSeq() numbered {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	q := numbered{seq: s.seq, done: s.seq, listed: len(s.inflight) <= maxListed}
+	q := s.numberedLocked(s.seq)
+	s.inflight[s.seq] = struct{}{}
+	return q
+}
+
+// numberedLocked numbers the request seq with the session's other
+// requests in flight below it: the lowest is the done mark, and up to
+// maxListed of them are listed (past that, none: the cluster then keeps
+// every outcome from the done mark on). s.mu is held.
+func (s *Session) numberedLocked(seq uint64) numbered {
+	q := numbered{seq: seq, done: seq, listed: true}
 	for other := range s.inflight {
-		q.done = min(q.done, other)
-		if q.listed {
+		if other < seq {
+			q.done = min(q.done, other)
 			q.pending = append(q.pending, other)
 		}
 	}
+	if len(q.pending) > maxListed {
+		q.pending, q.listed = nil, false
+	}
 	slices.Sort(q.pending)
-	s.inflight[s.seq] = struct{}{}
 	return q
 }
 
@@ -801,18 +813,7 @@ func (r *refusals) again(s *Session) (time.Duration, bool) {
 func (s *Session) renumbered(seq uint64, r *lockpb.Request) *lockpb.Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q := numbered{seq: seq, done: seq, listed: true}
-	for other := range s.inflight {
-		if other < seq {
-			q.done = min(q.done, other)
-			q.pending = append(q.pending, other)
-		}
-	}
-	if len(q.pending) > maxListed {
-		q.pending, q.listed = nil, false
-	}
-	slices.Sort(q.pending)
-	return q.request(r)
+	return s.numberedLocked(seq).request(r)
 }
 
 // pause waits d, and reports false if ctx or the session ended meanwhile.
