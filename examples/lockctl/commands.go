@@ -34,14 +34,20 @@ func statusCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		// The leader is the replica that says so at the highest term: a
 		// deposed leader that has not heard of the new term yet may still
 		// call itself leader.
+		// A replica asked that is not the leader still names it: the
+		// cluster has a leader when any replica that answered knows one,
+		// whether or not the leader's address is among the endpoints.
 		var leader, term uint64
-		failed := 0
+		failed, known := 0, false
 		for _, r := range all {
 			if r.Err != nil {
 				failed++
-			} else if r.Leader == r.ID && r.Term >= term {
+				continue
+			}
+			if r.Leader == r.ID && r.Term >= term {
 				leader, term = r.ID, r.Term
 			}
+			known = known || r.Leader != 0
 		}
 		if *asJSON {
 			type row struct {
@@ -87,7 +93,7 @@ func statusCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		if failed > 0 {
 			return fmt.Errorf("%d of %d replicas did not answer", failed, len(all))
 		}
-		if leader == 0 {
+		if !known {
 			return errors.New("no replica reports a leader")
 		}
 		return nil
@@ -237,7 +243,7 @@ func revokeCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		id, err := strconv.ParseUint(e.args[0], 10, 64)
 		if err != nil || id == 0 {
-			return fmt.Errorf("session ID %q: want a positive integer", e.args[0])
+			return fmt.Errorf("%w: session ID %q: want a positive integer", errUsage, e.args[0])
 		}
 		cl, err := e.dial(ctx)
 		if err != nil {

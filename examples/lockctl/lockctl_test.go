@@ -286,7 +286,7 @@ func TestUsageAndErrors(t *testing.T) {
 	if _, errs, code := lc.run("status"); code != 1 || !strings.Contains(errs, "lockctl status:") {
 		t.Errorf("status without a cluster: exit %d, stderr %q", code, errs)
 	}
-	if _, errs, code := lc.run("revoke-session", "x"); code != 1 || !strings.Contains(errs, "positive integer") {
+	if _, errs, code := lc.run("revoke-session", "x"); code != 2 || !strings.Contains(errs, "positive integer") {
 		t.Errorf("revoke-session x: exit %d, stderr %q", code, errs)
 	}
 	if _, errs, code := lc.run("-endpoints", "127.0.0.1:1,localhost", "status"); code != 1 || !strings.Contains(errs, "missing port") {
