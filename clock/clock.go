@@ -18,7 +18,8 @@ type Clock interface {
 	// Now returns the current reading. Only differences between readings of
 	// the same Clock are meaningful.
 	Now() time.Time
-	// NewTicker returns a ticker that fires every d (d > 0).
+	// NewTicker returns a ticker that fires every d. d must be positive:
+	// both implementations panic otherwise, as time.NewTicker does.
 	NewTicker(d time.Duration) Ticker
 	// AfterFunc calls f in its own goroutine once d has passed.
 	AfterFunc(d time.Duration, f func()) Timer
@@ -53,7 +54,11 @@ func (t realTicker) C() <-chan time.Time { return t.t.C }
 func (t realTicker) Stop()               { t.t.Stop() }
 
 // Manual is a Clock that moves only when Advance is called. Tickers and
-// timers due at or before the new time fire during Advance, in time order.
+// timers due at or before the new time fire during Advance, in time order:
+// a ticker's tick is sent (or dropped) before Advance moves on, a timer's
+// f is started in its own goroutine, which Advance does not wait for (so
+// two timers' functions may run in either order). A timer due at or before
+// the current time (d <= 0) fires at the next Advance, even Advance(0).
 type Manual struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -79,8 +84,13 @@ func (m *Manual) Now() time.Time {
 }
 
 // NewTicker returns a ticker driven by Advance. Like time.Ticker it drops
-// ticks a slow receiver does not take.
+// ticks a slow receiver does not take, and it panics for d <= 0.
 func (m *Manual) NewTicker(d time.Duration) Ticker {
+	if d <= 0 {
+		// As time.NewTicker: at the call, rather than as a crash in a
+		// later Advance, which would take the ticker for a timer.
+		panic("clock: non-positive interval for Manual.NewTicker")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	w := &manualWaiter{at: m.now.Add(d), period: d, c: make(chan time.Time, 1)}
