@@ -130,8 +130,10 @@ type Config struct {
 	MaxInflightMsgs int
 	// Logger receives raft's and the node's logs. nil: no-op.
 	Logger *zap.Logger
-	// OnFatal is called once, from the node's goroutine, when the node stops
-	// because of a storage error.
+	// OnFatal is called once, from the node's goroutine, when a failure
+	// stops the node: a failed write or log read of the storage, or a
+	// peer's message raft panics on (ErrBadMessage). Its argument is what
+	// Err then returns.
 	OnFatal func(error)
 	// SnapshotEntries is how many entries are applied between snapshots, at
 	// least: a snapshot is also not taken before the payload applied since
@@ -195,7 +197,9 @@ const (
 
 // Errors returned by Node methods.
 var (
-	// ErrStopped: the node has stopped (Stop was called or storage failed).
+	// ErrStopped: the node has stopped: Stop was called, or a failure
+	// stopped it (a failed write or log read, or ErrBadMessage; Err says
+	// which).
 	ErrStopped = errors.New("raftnode: stopped")
 	// ErrBadMessage: the node stopped because raft panicked while
 	// stepping a peer's message (Err wraps it, naming the message and the
@@ -239,6 +243,7 @@ type Node struct {
 	stopc   chan struct{}
 	donec   chan struct{}
 	stop    sync.Once
+	started atomic.Bool // Start ran the loop, or Stop came first and closed donec
 
 	status  atomic.Pointer[Status]
 	errMu   sync.Mutex
@@ -448,12 +453,24 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Start runs the node's goroutine.
-func (n *Node) Start() { go n.run() }
+// Start runs the node's goroutine. Only the first call does: a later one,
+// or one after Stop, does nothing.
+func (n *Node) Start() {
+	if n.started.CompareAndSwap(false, true) {
+		go n.run()
+	}
+}
 
-// Stop stops the node's goroutine and waits for it. Idempotent.
+// Stop stops the node's goroutine and waits for it. Idempotent. On a node
+// that was never started it only marks the node stopped: Done closes and
+// every call returns ErrStopped.
 func (n *Node) Stop() {
-	n.stop.Do(func() { close(n.stopc) })
+	n.stop.Do(func() {
+		close(n.stopc)
+		if n.started.CompareAndSwap(false, true) {
+			close(n.donec)
+		}
+	})
 	<-n.donec
 }
 
@@ -708,8 +725,8 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
-// WaitApplied blocks until the state machine has applied index, ctx ends, or
-// the node stops.
+// WaitApplied blocks until the state machine has applied index (nil), ctx
+// ends (ctx's error), or the node stops (ErrStopped).
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 	n.appliedMu.Lock()
 	if n.applied >= index {
