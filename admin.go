@@ -69,10 +69,13 @@ type LockEntry struct {
 }
 
 // Locks lists held locks and roles after the cursor after ("" for the
-// start; roles sort first), at most limit (0: 100, at most 10,000), as of a
-// linearizable read, and reports whether more follow: pass the last
-// entry's Cursor as after to continue. A cursor that is not valid UTF-8
-// (no key is) fails with ErrInvalidName.
+// start; roles sort first), at most limit (0 or less: 100; above 10,000:
+// 10,000), as of a linearizable read, and reports whether more follow:
+// pass the last entry's Cursor as after to continue. A page may hold fewer
+// entries than limit with more set: the replica ends it once its entries
+// add up to about 1 MiB (locks with long queues or large values). A cursor
+// that is not valid UTF-8 (no key is) fails with ErrInvalidName. Other
+// errors: ErrClosed, ctx's error.
 func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntry, bool, error) {
 	if !utf8.ValidString(after) {
 		// It cannot be marshaled into the request: every attempt would
@@ -82,7 +85,7 @@ func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntr
 	var out []LockEntry
 	var more bool
 	err := c.read(ctx, func(actx context.Context, cli lockpb.LockClient) error {
-		r, err := cli.ListLocks(actx, &lockpb.ListRequest{AfterName: after, Limit: uint32(max(limit, 0))})
+		r, err := cli.ListLocks(actx, &lockpb.ListRequest{AfterName: after, Limit: wireLimit(limit)})
 		if err != nil {
 			return err
 		}
@@ -110,14 +113,15 @@ type SessionEntry struct {
 	Held int // locks and roles it holds
 }
 
-// Sessions lists live sessions with IDs above after, at most limit (0: 100,
-// at most 10,000), as of a linearizable read, and reports whether more
-// follow.
+// Sessions lists live sessions with IDs above after, in ID order, at most
+// limit (0 or less: 100; above 10,000: 10,000), as of a linearizable read,
+// and reports whether more follow: pass the last entry's ID as after to
+// continue. Errors: ErrClosed, ctx's error.
 func (c *Client) Sessions(ctx context.Context, after uint64, limit int) ([]SessionEntry, bool, error) {
 	var out []SessionEntry
 	var more bool
 	err := c.read(ctx, func(actx context.Context, cli lockpb.LockClient) error {
-		r, err := cli.ListSessions(actx, &lockpb.ListRequest{AfterId: after, Limit: uint32(max(limit, 0))})
+		r, err := cli.ListSessions(actx, &lockpb.ListRequest{AfterId: after, Limit: wireLimit(limit)})
 		if err != nil {
 			return err
 		}
@@ -128,6 +132,16 @@ func (c *Client) Sessions(ctx context.Context, after uint64, limit int) ([]Sessi
 		return nil
 	})
 	return out, more, err
+}
+
+// maxListLimit is the largest page the replicas serve.
+const maxListLimit = 10_000
+
+// wireLimit is a page size as the request carries it: 0 for the replica's
+// default, and at most maxListLimit, so that a limit past 2^32 does not
+// wrap around to a small page (1<<32 became 0: 100 entries).
+func wireLimit(limit int) uint32 {
+	return uint32(min(max(limit, 0), maxListLimit))
 }
 
 func (c *Client) read(ctx context.Context, f func(context.Context, lockpb.LockClient) error) error {
