@@ -1,6 +1,8 @@
 package quorumlock_test
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"testing"
@@ -221,4 +223,223 @@ func TestReviewIDocClaims(t *testing.T) {
 			t.Errorf("RevokeSession of an unknown session: %v, want ErrSessionExpired", err)
 		}
 	})
+}
+
+// Start with a ctx that has ended returns ctx's error (documented); Start
+// validates before that, so a bad field is ErrInvalidConfig naming it:
+// SessionTTL 2 s with the default 1 s election timeout names ElectionTicks,
+// a tick of TTL/6 names TickInterval, a negative limit names the limit.
+func TestReviewIStartErrors(t *testing.T) {
+	base := func() quorumlock.Config {
+		return quorumlock.Config{ID: 1, Peers: map[uint64]string{1: "127.0.0.1:0"}, DataDir: t.TempDir(), Listener: silentListener(t)}
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := quorumlock.Start(cctx, base()); !errors.Is(err, context.Canceled) {
+		if n != nil {
+			n.Close()
+		}
+		t.Errorf("Start with an ended ctx: %v, want context.Canceled", err)
+	}
+	for _, c := range []struct {
+		field  string
+		mutate func(*quorumlock.Config)
+	}{
+		{"ElectionTicks", func(c *quorumlock.Config) { c.SessionTTL = 2 * time.Second }},
+		{"TickInterval", func(c *quorumlock.Config) { c.SessionTTL = 6 * time.Second; c.TickInterval = time.Second }},
+		{"TickInterval", func(c *quorumlock.Config) { c.TickInterval = -time.Millisecond }},
+		{"ElectionTicks", func(c *quorumlock.Config) { c.ElectionTicks = 2 }},
+		{"MaxSessions", func(c *quorumlock.Config) { c.MaxSessions = -1 }},
+		{"MaxNameBytes", func(c *quorumlock.Config) { c.MaxNameBytes = quorumlock.MaxNameBytesLimit + 1 }},
+		{"LogBackend", func(c *quorumlock.Config) { c.LogBackend = "sqlite" }},
+		{"PeerTLS", func(c *quorumlock.Config) { c.TLS = &tls.Config{} }},
+	} {
+		cfg := base()
+		c.mutate(&cfg)
+		n, err := quorumlock.Start(context.Background(), cfg)
+		if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), c.field) {
+			if n != nil {
+				n.Close()
+			}
+			t.Errorf("%s: Start: %v, want ErrInvalidConfig naming %s", c.field, err, c.field)
+		}
+	}
+}
+
+// After Node.Close: Holder, Leader and NewSession return ErrClosed, Observe
+// closes at once, the sessions opened through it are over (ErrClosed),
+// and Close and HardClose return nil. After Client.Close the same for the
+// client, Status reports ErrClosed per address, and the operator calls
+// return ErrClosed.
+func TestReviewIClosed(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	specLeader(t, nodes)
+	cl := specDial(t, nodes)
+	ctx := testCtx(t, 30*time.Second)
+	n := nodes[0]
+	for _, o := range []opener{n, cl} {
+		s := specSession(ctx, t, o)
+		l := mustAcquire(t, s, "probe-i/closed-"+where(o))
+		if n, ok := o.(*quorumlock.Node); ok {
+			if err := n.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := n.Close(); err != nil {
+				t.Errorf("second Close: %v, want nil", err)
+			}
+			if err := n.HardClose(); err != nil {
+				t.Errorf("HardClose after Close: %v, want nil", err)
+			}
+			if !closed(n.Done()) {
+				t.Error("Node.Done open after Close")
+			}
+		} else if err := cl.Close(); err != nil {
+			t.Fatalf("Client.Close: %v", err)
+		}
+		if !closed(s.Done()) || !closed(l.Lost()) || !errors.Is(s.Err(), quorumlock.ErrClosed) {
+			t.Errorf("%s: session after close: Done %v Lost %v Err %v, want closed and ErrClosed", where(o), closed(s.Done()), closed(l.Lost()), s.Err())
+		}
+		if _, err := o.NewSession(ctx); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: NewSession after close: %v, want ErrClosed", where(o), err)
+		}
+		if _, err := o.Holder(ctx, "x"); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: Holder after close: %v, want ErrClosed", where(o), err)
+		}
+		if _, err := o.Leader(ctx, "x"); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: Leader after close: %v, want ErrClosed", where(o), err)
+		}
+		if _, err := o.Elect(ctx, "x", nil); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: Elect after close: %v, want ErrClosed", where(o), err)
+		}
+		if _, open := <-o.Observe(ctx, "x"); open {
+			t.Errorf("%s: Observe after close delivered an event", where(o))
+		}
+		if _, err := s.Acquire(ctx, "y"); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: Acquire on a session of a closed %s: %v, want ErrClosed", where(o), where(o), err)
+		}
+	}
+	for _, st := range cl.Status(ctx) {
+		if !errors.Is(st.Err, quorumlock.ErrClosed) {
+			t.Errorf("Status after Client.Close: %+v, want ErrClosed", st)
+		}
+	}
+	if _, _, err := cl.Locks(ctx, "", 1); !errors.Is(err, quorumlock.ErrClosed) {
+		t.Errorf("Locks after Client.Close: %v", err)
+	}
+	if _, _, err := cl.Sessions(ctx, 0, 1); !errors.Is(err, quorumlock.ErrClosed) {
+		t.Errorf("Sessions after Client.Close: %v", err)
+	}
+	if err := cl.RevokeSession(ctx, 1); !errors.Is(err, quorumlock.ErrClosed) {
+		t.Errorf("RevokeSession after Client.Close: %v", err)
+	}
+}
+
+// Dial's documented ErrInvalidConfig cases, each before any connection;
+// a nil ClientOption is ignored.
+func TestReviewIDialErrors(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	addr := []string{"127.0.0.1:1"}
+	for name, c := range map[string]struct {
+		addrs []string
+		opts  []quorumlock.ClientOption
+	}{
+		"no addrs":    {nil, nil},
+		"no port":     {[]string{"localhost"}, nil},
+		"dns no port": {[]string{"dns:///localhost"}, nil},
+		"ttl low":     {addr, []quorumlock.ClientOption{nil, quorumlock.WithSessionTTL(time.Millisecond)}},
+		"ttl high":    {addr, []quorumlock.ClientOption{quorumlock.WithSessionTTL(time.Hour)}},
+		"election 0":  {addr, []quorumlock.ClientOption{quorumlock.WithElectionTimeout(0)}},
+		"election <0": {addr, []quorumlock.ClientOption{quorumlock.WithElectionTimeout(-time.Second)}},
+		"nil clock":   {addr, []quorumlock.ClientOption{quorumlock.WithClock(nil)}},
+	} {
+		if cl, err := quorumlock.Dial(ctx, c.addrs, c.opts...); !errors.Is(err, quorumlock.ErrInvalidConfig) {
+			if cl != nil {
+				cl.Close()
+			}
+			t.Errorf("%s: Dial: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+// The zero Fence is ready to use; Admit of an equal token is accepted, a
+// lower one is ErrStaleToken and changes nothing; Highest is 0 for an
+// unknown resource.
+func TestReviewIFence(t *testing.T) {
+	var f quorumlock.Fence
+	if h := f.Highest("r"); h != 0 {
+		t.Errorf("Highest on a zero Fence: %d", h)
+	}
+	if err := f.Admit("r", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Admit("r", 5); err != nil {
+		t.Errorf("Admit of an equal token: %v", err)
+	}
+	if err := f.Admit("r", 4); !errors.Is(err, quorumlock.ErrStaleToken) || f.Highest("r") != 5 {
+		t.Errorf("Admit of a lower token: %v, highest %d", err, f.Highest("r"))
+	}
+	if err := f.Admit("other", 1); err != nil {
+		t.Errorf("Admit on another resource: %v", err)
+	}
+}
+
+// The table limits return ErrLimit as Config documents them, through a
+// replica and a client: MaxSessions live sessions, MaxLocksPerSession
+// locks held or waited for by one session, MaxWaitersPerLock in one
+// queue. A Client refuses locally only names past MaxNameBytesLimit.
+func TestReviewILimits(t *testing.T) {
+	nodes := specCluster(t, 3, func(c *quorumlock.Config) {
+		c.MaxSessions = 4
+		c.MaxLocksPerSession = 2
+		c.MaxWaitersPerLock = 1
+	})
+	lead := nodes[specLeader(t, nodes)]
+	cl := specDial(t, nodes)
+	ctx := testCtx(t, 30*time.Second)
+
+	a := specSession(ctx, t, lead)
+	b := specSession(ctx, t, cl)
+	mustAcquire(t, a, "l1")
+	mustAcquire(t, a, "l2")
+	if _, err := a.Acquire(ctx, "l3"); !errors.Is(err, quorumlock.ErrLimit) {
+		t.Errorf("a third lock with MaxLocksPerSession 2: %v, want ErrLimit", err)
+	}
+	if _, err := a.Elect(ctx, "r", nil); !errors.Is(err, quorumlock.ErrLimit) {
+		t.Errorf("a role past MaxLocksPerSession 2: %v, want ErrLimit", err)
+	}
+	w := acquireQueued(t, ctx, b, lead, "l1") // the one waiter l1 may have
+	c := specSession(ctx, t, lead)
+	if _, err := c.Acquire(ctx, "l1"); !errors.Is(err, quorumlock.ErrLimit) {
+		t.Errorf("a second waiter with MaxWaitersPerLock 1: %v, want ErrLimit", err)
+	}
+	if _, err := c.TryAcquire(ctx, "l1"); !errors.Is(err, quorumlock.ErrLocked) {
+		t.Errorf("TryAcquire of a lock with a full queue: %v, want ErrLocked", err)
+	}
+	d := specSession(ctx, t, cl)
+	_ = d
+	if s, err := lead.NewSession(ctx); !errors.Is(err, quorumlock.ErrLimit) {
+		if s != nil {
+			s.Close(ctx)
+		}
+		t.Errorf("a fifth session with MaxSessions 4: %v, want ErrLimit", err)
+	}
+	if s, err := cl.NewSession(ctx); !errors.Is(err, quorumlock.ErrLimit) {
+		if s != nil {
+			s.Close(ctx)
+		}
+		t.Errorf("a fifth session through a client with MaxSessions 4: %v, want ErrLimit", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-w; r.err != nil {
+		t.Errorf("the waiter after the holder closed: %v", r.err)
+	}
+	long := strings.Repeat("n", quorumlock.MaxNameBytesLimit+1)
+	if _, err := d.Acquire(ctx, long); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("client Acquire of a name past MaxNameBytesLimit: %v, want ErrInvalidName", err)
+	}
+	if _, err := d.Acquire(ctx, long[:quorumlock.MaxNameBytesLimit]); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("client Acquire of a name past the cluster's MaxNameBytes: %v, want ErrInvalidName", err)
+	}
 }
