@@ -443,3 +443,29 @@ func TestReviewILimits(t *testing.T) {
 		t.Errorf("client Acquire of a name past the cluster's MaxNameBytes: %v, want ErrInvalidName", err)
 	}
 }
+
+// A session that an operator revoked ends with ErrSessionExpired whose
+// message does not claim it expired: it said "the cluster expired it",
+// which lockctl acquire printed after lockctl release had revoked it.
+func TestReviewIRevokedSessionSaysSo(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	lead := nodes[specLeader(t, nodes)]
+	cl := specDial(t, nodes)
+	ctx := testCtx(t, 30*time.Second)
+	for _, o := range []opener{lead, cl} {
+		s := specSession(ctx, t, o)
+		l := mustAcquire(t, s, "probe-i/revoked-"+where(o))
+		if err := cl.RevokeSession(ctx, s.ID()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Lost():
+		case <-ctx.Done():
+			t.Fatal("the revoked session's lock was not reported lost")
+		}
+		err := s.Err()
+		if !errors.Is(err, quorumlock.ErrSessionExpired) || !strings.Contains(err.Error(), "revoked") {
+			t.Errorf("%s: Err of a revoked session: %v, want ErrSessionExpired naming revocation", where(o), err)
+		}
+	}
+}

@@ -17,7 +17,7 @@ import (
 // A session closed by its owner while Acquire calls of it wait in a queue
 // is closed, not expired: the waiting calls are answered "no such session"
 // by the entry that closed it, and that answer must not turn the
-// session's end into "the cluster expired it". Session.Close documents
+// session's end into "the cluster ended it". Session.Close documents
 // that closing an ended session "returns nil if it was closed": a second
 // Close, and Closes racing the first, return nil.
 func TestReviewNewcomerCloseWithAcquiresWaiting(t *testing.T) {

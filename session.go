@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	errExpiredOnCluster = fmt.Errorf("%w: the cluster expired it", ErrSessionExpired)
+	errExpiredOnCluster = fmt.Errorf("%w: the cluster ended it (it expired or was revoked)", ErrSessionExpired)
 	errLeaseRanOut      = fmt.Errorf("%w: no heartbeat acknowledged within the TTL", ErrSessionExpired)
 	errSessionClosed    = fmt.Errorf("%w: closed", ErrSessionExpired)
 	errAbandoned        = fmt.Errorf("%w: abandoned after an acquire whose outcome could not be settled", ErrSessionExpired)

@@ -103,7 +103,7 @@ func NewFake(bug Bug, ttl time.Duration, rnd *rand.Rand) *Fake {
 }
 
 var (
-	errFakeExpired = fmt.Errorf("%w: the cluster expired it", quorumlock.ErrSessionExpired)
+	errFakeExpired = fmt.Errorf("%w: the cluster ended it (it expired or was revoked)", quorumlock.ErrSessionExpired)
 	errFakeLease   = fmt.Errorf("%w: no heartbeat acknowledged within the TTL", quorumlock.ErrSessionExpired)
 	errFakeClosed  = fmt.Errorf("%w: closed", quorumlock.ErrSessionExpired)
 )

@@ -198,7 +198,7 @@ func classify(err error) string {
 		return history.EndProcess
 	case strings.Contains(msg, "abandoned"):
 		return history.EndAbandoned
-	case strings.Contains(msg, "the cluster expired it"):
+	case strings.Contains(msg, "the cluster ended it"):
 		return history.EndCluster
 	case strings.Contains(msg, "no heartbeat acknowledged"):
 		return history.EndLease
