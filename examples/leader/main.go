@@ -134,9 +134,9 @@ func run() error {
 	nodes[first.id].Close()
 	delete(nodes, first.id)
 	select {
-	case <-first.ld.Done():
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-first.ld.Context().Done():
+	case <-time.After(time.Second):
+		return errors.New("the old leader's Context was not cancelled when its replica stopped")
 	}
 	fmt.Printf("Stopped replica %d: its leadership's Context is cancelled at once, so its work stops.\n", first.id)
 

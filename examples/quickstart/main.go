@@ -238,6 +238,15 @@ func run() error {
 	if err := alice.Close(ctx); err != nil {
 		return err
 	}
+	for _, name := range []string{"inventory", "reports"} {
+		info, err := nodes[leader].Holder(ctx, name)
+		if err != nil {
+			return err
+		}
+		if info.Holder != 0 {
+			return fmt.Errorf("after the sessions closed, %q is held: %+v", name, info)
+		}
+	}
 	fmt.Println("12. Closed the sessions; their locks are free. Done.")
 	return nil
 }
