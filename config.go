@@ -35,7 +35,8 @@ type Config struct {
 	// Peers maps the ID of every voting member, this replica's included, to
 	// its peer address (host:port). Peers and clients connect to it. Every
 	// replica of a cluster must be given the same map. Addresses must be
-	// distinct.
+	// distinct, with a port; port 0 only in this replica's own address,
+	// and only with Listener set (ErrInvalidConfig otherwise).
 	Peers map[uint64]string
 
 	// DataDir holds the raft log. Required. It is created if missing. A

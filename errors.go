@@ -33,18 +33,20 @@ var (
 	// one (sessions, locks per session, waiters per lock), the 1,024
 	// outcomes the cluster keeps per session for its requests in flight,
 	// or MaxValueBytes for a leadership's value. Nothing changed (for
-	// Lock.Release it comes wrapped with ErrUnknownOutcome: see there).
+	// Lock.Release and Leadership.Proclaim it comes wrapped with
+	// ErrUnknownOutcome: see there).
 	ErrLimit = errors.New("quorumlock: limit reached")
 
 	// ErrClosed is returned by calls on a Node or a Client (or the
 	// sessions opened through it) after Close, or after the replica
-	// stopped on a storage error.
+	// stopped on a failure (a storage error, or a peer's message raft
+	// cannot accept: Node.Err says which).
 	ErrClosed = errors.New("quorumlock: closed")
 
 	// ErrUnknownOutcome is returned when a request may or may not have taken
 	// effect: the caller's context ended after the request was sent and
-	// before an answer came, or (wrapping ErrLimit) a Release was refused
-	// while another copy of it may still apply. (Acquire never returns
+	// before an answer came, or (wrapping ErrLimit) a Release or Proclaim
+	// was refused while another copy of it may still apply. (Acquire never returns
 	// it: it settles the outcome first, see Session.Acquire and
 	// ErrWithdrawPending.)
 	ErrUnknownOutcome = errors.New("quorumlock: outcome unknown")

@@ -228,7 +228,8 @@ func TestReviewIDocClaims(t *testing.T) {
 // Start with a ctx that has ended returns ctx's error (documented); Start
 // validates before that, so a bad field is ErrInvalidConfig naming it:
 // SessionTTL 2 s with the default 1 s election timeout names ElectionTicks,
-// a tick of TTL/6 names TickInterval, a negative limit names the limit.
+// a tick of TTL/6 names TickInterval, a negative limit names the limit,
+// port 0 outside this replica's own address with Listener names Peers.
 func TestReviewIStartErrors(t *testing.T) {
 	base := func() quorumlock.Config {
 		return quorumlock.Config{ID: 1, Peers: map[uint64]string{1: "127.0.0.1:0"}, DataDir: t.TempDir(), Listener: silentListener(t)}
@@ -253,6 +254,9 @@ func TestReviewIStartErrors(t *testing.T) {
 		{"MaxNameBytes", func(c *quorumlock.Config) { c.MaxNameBytes = quorumlock.MaxNameBytesLimit + 1 }},
 		{"LogBackend", func(c *quorumlock.Config) { c.LogBackend = "sqlite" }},
 		{"PeerTLS", func(c *quorumlock.Config) { c.TLS = &tls.Config{} }},
+		{"Peers", func(c *quorumlock.Config) { c.Listener.Close(); c.Listener = nil }},
+		{"Peers", func(c *quorumlock.Config) { c.Peers = map[uint64]string{1: "127.0.0.1:0", 2: "127.0.0.1:0"} }},
+		{"Peers", func(c *quorumlock.Config) { c.Peers = map[uint64]string{1: "127.0.0.1:0", 2: "127.0.0.1"} }},
 	} {
 		cfg := base()
 		c.mutate(&cfg)
