@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,7 +273,8 @@ func TestReviewIStartErrors(t *testing.T) {
 
 // After Node.Close: Holder, Leader and NewSession return ErrClosed, Observe
 // closes at once, the sessions opened through it are over (ErrClosed),
-// and Close and HardClose return nil. After Client.Close the same for the
+// and Close and HardClose return nil; Release and Session.Close on them
+// return ErrClosed (the end cause). After Client.Close the same for the
 // client, Status reports ErrClosed per address, and the operator calls
 // return ErrClosed.
 func TestReviewIClosed(t *testing.T) {
@@ -320,6 +322,12 @@ func TestReviewIClosed(t *testing.T) {
 		}
 		if _, err := s.Acquire(ctx, "y"); !errors.Is(err, quorumlock.ErrClosed) {
 			t.Errorf("%s: Acquire on a session of a closed %s: %v, want ErrClosed", where(o), where(o), err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: Release after close: %v, want ErrClosed", where(o), err)
+		}
+		if err := s.Close(ctx); !errors.Is(err, quorumlock.ErrClosed) {
+			t.Errorf("%s: Session.Close after close: %v, want the end cause ErrClosed", where(o), err)
 		}
 	}
 	for _, st := range cl.Status(ctx) {
@@ -470,6 +478,83 @@ func TestReviewIRevokedSessionSaysSo(t *testing.T) {
 		err := s.Err()
 		if !errors.Is(err, quorumlock.ErrSessionExpired) || !strings.Contains(err.Error(), "revoked") {
 			t.Errorf("%s: Err of a revoked session: %v, want ErrSessionExpired naming revocation", where(o), err)
+		}
+	}
+}
+
+// Observe, as documented: first the current state, then every change; an
+// event without a leader between two leaders, carrying the last epoch the
+// stream reported (0 before any); a Proclaim is an event with the same
+// epoch and the new value.
+func TestReviewIObserveEvents(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	lead := nodes[specLeader(t, nodes)]
+	cl := specDial(t, nodes)
+	ctx := testCtx(t, 30*time.Second)
+	for _, o := range []opener{lead, cl} {
+		role := "probe-i/obs-" + where(o)
+		octx, cancel := context.WithCancel(ctx)
+		events := o.Observe(octx, role)
+		next := func() quorumlock.LeaderInfo {
+			t.Helper()
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("%s: Observe closed early", where(o))
+				}
+				return ev
+			case <-ctx.Done():
+				t.Fatalf("%s: no Observe event", where(o))
+			}
+			return quorumlock.LeaderInfo{}
+		}
+		if ev := next(); ev.HasLeader() || ev.Epoch != 0 || ev.Role != role {
+			t.Errorf("%s: first event %+v, want no leader, epoch 0", where(o), ev)
+		}
+		a, err := o.Elect(ctx, role, []byte("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(); ev.Session != a.Session().ID() || ev.Epoch != a.Epoch() || string(ev.Value) != "a" {
+			t.Errorf("%s: event %+v, want a's leadership at epoch %d", where(o), ev, a.Epoch())
+		}
+		if err := a.Proclaim(ctx, []byte("a2")); err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(); ev.Epoch != a.Epoch() || string(ev.Value) != "a2" {
+			t.Errorf("%s: event after Proclaim %+v, want epoch %d value a2", where(o), ev, a.Epoch())
+		}
+		s := specSession(ctx, t, o)
+		bc := make(chan *quorumlock.Leadership, 1)
+		go func() {
+			b, err := s.Elect(ctx, role, []byte("b"))
+			if err != nil {
+				t.Error(err)
+			}
+			bc <- b
+		}()
+		for queued := false; !queued; {
+			page, _, err := cl.Locks(ctx, "", 10_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range page {
+				queued = queued || e.Role && e.Name == role && slices.Contains(e.Waiters, s.ID())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := a.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b := <-bc
+		if ev := next(); ev.HasLeader() || ev.Epoch != a.Epoch() {
+			t.Errorf("%s: event between leaders %+v, want no leader with epoch %d", where(o), ev, a.Epoch())
+		}
+		if ev := next(); b == nil || ev.Session != s.ID() || ev.Epoch != b.Epoch() || ev.Epoch <= a.Epoch() {
+			t.Errorf("%s: event %+v, want b's leadership above epoch %d", where(o), ev, a.Epoch())
+		}
+		cancel()
+		for range events {
 		}
 	}
 }
