@@ -26,11 +26,12 @@ type SaveInput struct {
 // PrepareSave checks a Save's arguments for a backend named backend (for
 // error messages) whose entries up to covered are in the snapshot or
 // compacted, whose last index is last and whose current hard state is prev
-// (nil: none yet). ents must be non-nil and consecutive and, once trimmed,
-// start at or below last+1, and a hard state must not commit past the last
-// index the Save leaves; otherwise it returns an error (wrapping
-// ErrNonContiguous or ErrCommitBeyondLog) and the backend must write
-// nothing.
+// (nil: none yet). Every entry must be non-nil (an error naming the entry
+// otherwise, wrapping neither sentinel), the entries consecutive and, once
+// trimmed, starting at or below last+1 (ErrNonContiguous otherwise), and a
+// hard state must not commit past the last index the Save leaves, unless
+// the commit is covered (ErrCommitBeyondLog otherwise). On an error the
+// backend must write nothing.
 // ok is false when there is nothing to write at all.
 func PrepareSave(backend string, st *raftpb.HardState, ents []*raftpb.Entry, covered, last uint64, prev *raftpb.HardState) (in SaveInput, ok bool, err error) {
 	for k, e := range ents {

@@ -64,7 +64,8 @@ type LogStore interface {
 
 	// Save durably persists st (skipped when nil or empty) and ents in one
 	// synced write (a commit-only st without ents is deferred to the next
-	// Save, see LogStore). ents are consecutive and start at or below LastIndex()+1;
+	// Save, see LogStore). ents are non-nil (a nil entry is an error, and
+	// nothing is written), consecutive and start at or below LastIndex()+1;
 	// otherwise Save returns an error wrapping ErrNonContiguous and writes
 	// nothing; st's commit index past the last index the Save leaves
 	// returns an error wrapping ErrCommitBeyondLog and writes nothing. Entries at or below the latest snapshot's index are covered by
