@@ -789,7 +789,7 @@ func (n *Node) Resign(ctx context.Context) error {
 	// the rules above until its silence shows; every few heartbeats
 	// without a new leader the choice is made again, and raft switches the
 	// transfer to a different pick.
-	retry := time.NewTicker(time.Duration(2*n.cfg.HeartbeatTicks+2) * n.cfg.TickInterval)
+	retry := n.clk.NewTicker(time.Duration(2*n.cfg.HeartbeatTicks+2) * n.cfg.TickInterval)
 	defer retry.Stop()
 	for {
 		if st := n.Status(); st.Leader != 0 && st.Leader != n.cfg.ID {
@@ -798,7 +798,7 @@ func (n *Node) Resign(ctx context.Context) error {
 		select {
 		case <-leaderC:
 			leaderC = n.LeaderChanged()
-		case <-retry.C:
+		case <-retry.C():
 			err := n.submit(ctx, proposal{resign: true, errc: make(chan error, 1)})
 			if errors.Is(err, ErrStopped) || ctx.Err() != nil {
 				return cmp.Or(ctx.Err(), err)

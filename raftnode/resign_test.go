@@ -154,3 +154,42 @@ func TestResignRetriesSilentTransferee(t *testing.T) {
 		t.Fatalf("after Resign the old leader follows %d; want the live follower %d", st.Leader, up)
 	}
 }
+
+// TestResignRetriesOnConfiguredClock: Resign's renewed pick (every
+// 2×HeartbeatTicks+2 ticks without a new leader) runs on Config.Clock, as
+// every other timer of the node does. Here the transfer never completes
+// (MsgTimeoutNow dropped), raft abandons it after an election timeout (10
+// ticks), and the next renewed pick, at tick 12, starts a second one: the
+// manual clock moves 20 ticks in a few milliseconds of real time, far
+// less than the 400 ms interval a wall-clock retry waited.
+func TestResignRetriesOnConfiguredClock(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.settledLeader()
+	var sent atomic.Int32
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		if m.GetType() == raftpb.MsgTimeoutNow {
+			sent.Add(1)
+			return false // the transfer never completes
+		}
+		return true
+	})
+	defer c.setHook(nil)
+
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- c.nodes[lead].Resign(ctx) }()
+	for sent.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < 20 && sent.Load() < 2; i++ {
+		c.clk.tick()
+	}
+	if n := sent.Load(); n < 2 {
+		t.Fatalf("%d transfers started in 20 ticks of the manual clock; want a renewed one after raft abandoned the first", n)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Resign: %v, want context.Canceled", err)
+	}
+}
