@@ -3,6 +3,7 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,4 +197,33 @@ func TestPerReplicaLimitsAgree(t *testing.T) {
 	c.Restart(lead)
 	c.WaitLeader(10 * time.Second)
 	agree("after a leader change")
+}
+
+// A replica that cannot take its address (in use) fails Start without
+// touching its data directory: no log stamped with this cluster's identity
+// is left behind to refuse a later, corrected configuration.
+func TestStartListenErrorLeavesDataDirUntouched(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := filepath.Join(t.TempDir(), "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := quorumlock.Start(ctx, quorumlock.Config{
+		ID:      1,
+		Peers:   map[uint64]string{1: busy.Addr().String(), 2: "127.0.0.1:2", 3: "127.0.0.1:3"},
+		DataDir: dir,
+	})
+	if err == nil {
+		n.Close()
+		t.Fatal("Start on an address in use succeeded")
+	}
+	if !strings.Contains(err.Error(), "listen") {
+		t.Errorf("Start: %v; want a listen error", err)
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("after the failed Start the data directory exists (%v); want it untouched", serr)
+	}
 }

@@ -101,6 +101,21 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The address is taken before the data directory is touched, so a
+	// replica that cannot listen (address in use) leaves no stamped log
+	// behind.
+	lis := cfg.Listener
+	if lis == nil {
+		var lc net.ListenConfig
+		if lis, err = lc.Listen(ctx, "tcp", cfg.Peers[cfg.ID]); err != nil {
+			return nil, fmt.Errorf("quorumlock: listen: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				lis.Close()
+			}
+		}()
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("quorumlock: data directory: %w", err)
 	}
@@ -204,15 +219,6 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
-	lis := cfg.Listener
-	if lis == nil {
-		var lc net.ListenConfig
-		if lis, err = lc.Listen(ctx, "tcp", cfg.Peers[cfg.ID]); err != nil {
-			tr.Close()
-			n.metrics.unregister()
-			return nil, fmt.Errorf("quorumlock: listen: %w", err)
-		}
-	}
 	n.lis = lis
 	n.server = grpc.NewServer(serverOptions(cfg.TLS)...)
 	tr.Register(n.server)
