@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -116,8 +117,10 @@ var _ storage.LogStore = (*Store)(nil)
 // Open fails when dir is locked by another open Store (Pebble's LOCK file),
 // when the store was written in an unknown format, and, wrapping
 // storage.ErrCorrupt with the directory and the key or Pebble's file, when a
-// stored record fails its checksum or does not decode, or the records
-// disagree (for example a hard state committing past the last entry).
+// stored record fails its checksum or does not decode, a file the store
+// needs is missing (a table, the MANIFEST, the format-version marker), or
+// the records disagree (for example a hard state committing past the last
+// entry).
 // The caller owns the returned Store and must Close it.
 func Open(dir string, opts Options) (*Store, error) {
 	return open(dir, opts, defaultCacheLimits)
@@ -202,6 +205,9 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 				return nil, fmt.Errorf("pebblestore: open %s: %w: %w (%s)", dir, storage.ErrCorrupt, err, d)
 			}
 			return nil, fmt.Errorf("pebblestore: open %s: %w: %w", dir, storage.ErrCorrupt, err)
+		}
+		if what := missingPiece(err); what != "" {
+			return nil, fmt.Errorf("pebblestore: open %s: %w: %s: %w", dir, storage.ErrCorrupt, what, err)
 		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
@@ -698,6 +704,23 @@ func (s *Store) Close() error {
 }
 
 // errAbandoned marks the error of an Open that gave up on pebble.Open.
+// missingPiece describes what is missing when err, from pebble.Open, says
+// that a file of an existing store is gone, and returns "" otherwise. Pebble
+// reports a table or MANIFEST that its metadata names but the directory
+// lacks as a "file does not exist" error, and a store holding data without
+// its format-version marker as ErrDBNotPristine; neither is a corruption
+// error to Pebble, yet neither can be left by a crash (Pebble writes and
+// syncs a file before naming it), so both are damage to the store.
+func missingPiece(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "a file the store names is missing"
+	case errors.Is(err, pebble.ErrDBNotPristine):
+		return "the store holds data but its format-version marker is missing"
+	}
+	return ""
+}
+
 var errAbandoned = errors.New("gave up opening the database")
 
 // openPebble runs pebble.Open, giving up on it at the first background
