@@ -91,6 +91,16 @@ type Store struct {
 	bgOnce    sync.Once
 	abandoned atomic.Bool
 
+	// opening is set until Open has loaded the store. Damage Pebble finds
+	// meanwhile (a compaction reading a damaged table) is recorded in
+	// openCorrupt, and Open fails with it once pebble.Open has returned,
+	// instead of fencing the files or giving up on pebble.Open: either made
+	// pebble.Open fail while its compaction still ran, and that compaction
+	// then crashed the process in Pebble's released file cache (or Pebble
+	// released the directory lock Open had already released).
+	opening     atomic.Bool
+	openCorrupt atomic.Pointer[error]
+
 	mu        sync.RWMutex
 	closed    bool
 	failed    error                    // sticky write failure; nil while healthy
@@ -151,7 +161,12 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	if err := checkManifestTail(fs, dir); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
 	s := &Store{dir: dir, log: logger, lock: lock, bgFailed: make(chan struct{})}
+	s.opening.Store(true)
 	if opts.FS == nil {
 		// Only on the operating system's file system: a WAL sync off the
 		// processor goes to the descriptor directly, past any wrapper.
@@ -166,7 +181,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 			failed:     s.brokenErr,
 		},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFenced},
-		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
+		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError, DataCorruption: s.dataCorruption},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
 		// tail is served from the entry cache: modest memtables and block cache
@@ -198,6 +213,12 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	if err != nil {
 		_ = s.syncs.close()
 		_ = lock.Close()
+		if p := s.openCorrupt.Load(); p != nil {
+			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, *p)
+		}
+		if errors.Is(err, storage.ErrCorrupt) {
+			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+		}
 		if pebble.IsCorruptionError(err) {
 			// Pebble names the damaged file (for example the WAL being
 			// replayed) in the error's details, not in its message.
@@ -224,6 +245,13 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = s.syncs.close()
 		_ = lock.Close()
 		return nil, err
+	}
+	s.opening.Store(false)
+	if p := s.openCorrupt.Load(); p != nil {
+		_ = db.Close()
+		_ = s.syncs.close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, *p)
 	}
 	return s, nil
 }
@@ -775,12 +803,43 @@ func (s *Store) parkIfAbandoned() {
 // Pebble reports every retry again; only the first is logged (fenceFS slows
 // the retries down).
 func (s *Store) backgroundError(err error) {
-	s.setFatal(fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err))
+	if pebble.IsCorruptionError(err) {
+		err = fmt.Errorf("%w: %w", storage.ErrCorrupt, err)
+	}
+	err = fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err)
+	if s.opening.Load() && errors.Is(err, storage.ErrCorrupt) {
+		// See Store.opening.
+		s.openCorrupt.CompareAndSwap(nil, &err)
+		return
+	}
+	s.setFatal(err)
 	s.bgOnce.Do(func() {
-		s.log.Error("pebblestore: pebble background error; the store refuses further writes",
-			zap.String("dir", s.dir), zap.Error(err))
+		s.log.Error("pebblestore: pebble background error; the store refuses further writes", zap.Error(err))
 		close(s.bgFailed)
 	})
+}
+
+// dataCorruption is Pebble's EventListener.DataCorruption: a read (Open's
+// flush or a compaction, or a read of the store's own) found a block of a
+// table that fails its checksum. Pebble's default hands the event to
+// Logger.Fatalf as text, which recorded a failure that neither wrapped
+// storage.ErrCorrupt nor kept Pebble's error; a compaction that reached the
+// damaged table during Open made Open fail with it. The error now wraps
+// storage.ErrCorrupt and names the table; during Open it is recorded for
+// Open to fail with (Store.opening), later the store is fenced as after any
+// Fatalf.
+func (s *Store) dataCorruption(info pebble.DataCorruptionInfo) {
+	details := info.Details
+	if details == nil {
+		details = errors.New("on-disk corruption")
+	}
+	err := fmt.Errorf("pebblestore: %s: %w: %w", info.Path, storage.ErrCorrupt, details)
+	s.log.Error("pebblestore: damaged table; the store refuses further writes", zap.Error(err))
+	if s.opening.Load() {
+		s.openCorrupt.CompareAndSwap(nil, &err)
+		return
+	}
+	s.setFenced(err)
 }
 
 // setFatal records the first failure Pebble reports through Logger.Fatalf
