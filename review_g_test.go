@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
 	"github.com/quorumlock/quorumlock/storage"
 )
 
@@ -257,5 +258,75 @@ func TestReviewGDamageIsErrCorrupt(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReviewGRemoteSessionSurvivesWholeClusterRestart: on the WAL backend
+// with snapshots every 20 entries (each replica's DataDir/wal holds a
+// snapshot file before the restart), every replica is stopped at once
+// (HardClose, as a crash) and restarted, well within the TTL of a remote
+// client's session. The session lives on: its locks are held with their
+// tokens and their Lost channels stay open, the locks it released are
+// free, its Done stays open, and its next grant carries a token above
+// every earlier one.
+func TestReviewGRemoteSessionSurvivesWholeClusterRestart(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{SessionTTL: 10 * time.Second, Configure: func(cfg *quorumlock.Config) {
+		cfg.LogBackend = quorumlock.LogWAL
+		cfg.SnapshotEntries = 20
+	}})
+	c.WaitLeader(5 * time.Second)
+	var addrs []string
+	for _, id := range c.IDs() {
+		addrs = append(addrs, c.Peers()[id])
+	}
+	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrs, quorumlock.WithElectionTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s := newSession(t, cl, quorumlock.WithTTL(10*time.Second))
+	var kept []*quorumlock.Lock
+	var released []string
+	var top quorumlock.Token
+	for i := range 30 {
+		l := mustAcquire(t, s, fmt.Sprintf("r%02d", i))
+		top = max(top, l.Token())
+		if i%3 == 0 {
+			kept = append(kept, l)
+			continue
+		}
+		if err := l.Release(testCtx(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		released = append(released, l.Name())
+	}
+	c.StopAll()
+	for _, id := range c.IDs() {
+		if snaps, _ := filepath.Glob(filepath.Join(c.Config(id).DataDir, "wal", "*.snap")); len(snaps) == 0 {
+			t.Fatalf("replica %d took no snapshot", id)
+		}
+	}
+	for _, id := range c.IDs() {
+		c.Restart(id)
+	}
+	c.WaitLeader(10 * time.Second)
+	for _, l := range kept {
+		if info := holder(t, cl, l.Name()); info.Holder != s.ID() || info.Token != l.Token() {
+			t.Fatalf("%s after the restart: %+v, want session %d token %d", l.Name(), info, s.ID(), l.Token())
+		}
+		if closed(l.Lost()) {
+			t.Fatalf("%s: Lost closed by the restart", l.Name())
+		}
+	}
+	for _, name := range released {
+		if info := holder(t, cl, name); info.Holder != 0 {
+			t.Fatalf("released %s after the restart: %+v, want free", name, info)
+		}
+	}
+	if l := mustAcquire(t, s, "after"); l.Token() <= top {
+		t.Fatalf("token after the restart %d, not above %d", l.Token(), top)
+	}
+	if closed(s.Done()) {
+		t.Fatal("session ended by the restart")
 	}
 }
