@@ -79,7 +79,9 @@ type LockInfo struct {
 // Errors: ErrInvalidConfig naming the field (also for a data directory
 // holding the other LogBackend's log, and for metrics already registered
 // for this member); ErrForeignDataDir; storage errors naming the file
-// (storage.ErrCorrupt for damaged data); a listen error; ctx's error if
+// (storage.ErrCorrupt for damaged data; the log directory instead of the
+// file for damage only decoding the lock table finds, such as a snapshot
+// image that passed its file's checksum); a listen error; ctx's error if
 // ctx has ended when Start is called. ctx also bounds the listen; opening
 // the log (replaying it) does not watch ctx.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
@@ -210,6 +212,12 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	})
 	if err != nil {
 		tr.Close()
+		if errors.Is(err, raftnode.ErrCorruptState) {
+			// The stores checked their records; this is damage only the
+			// state machine or raft can see (a snapshot image that does
+			// not decode, say): damaged data all the same.
+			return nil, fmt.Errorf("quorumlock: %s: %w: %w", logDir(cfg), storage.ErrCorrupt, err)
+		}
 		return nil, err
 	}
 	n.svc.Bind(n.raft)
@@ -239,13 +247,20 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	return n, nil
 }
 
+// logDir is the directory under DataDir that cfg's backend keeps its log in.
+func logDir(cfg Config) string {
+	if cfg.LogBackend == LogWAL {
+		return filepath.Join(cfg.DataDir, "wal")
+	}
+	return filepath.Join(cfg.DataDir, "log")
+}
+
 // openLog opens the configured backend. A directory made by the other
 // backend is refused rather than silently started empty.
 func openLog(cfg Config) (storage.LogStore, error) {
-	pebbleDir, walDir := filepath.Join(cfg.DataDir, "log"), filepath.Join(cfg.DataDir, "wal")
-	dir, other := pebbleDir, walDir
+	dir, other := logDir(cfg), filepath.Join(cfg.DataDir, "wal")
 	if cfg.LogBackend == LogWAL {
-		dir, other = walDir, pebbleDir
+		other = filepath.Join(cfg.DataDir, "log")
 	}
 	if _, err := os.Stat(other); err == nil {
 		return nil, fmt.Errorf("%w: %s holds a log of the other backend (%s); LogBackend is %q",

@@ -214,7 +214,8 @@ var (
 	// over a working connection.
 	ErrNoTransferee = errors.New("raftnode: no voter to transfer leadership to")
 	// ErrCorruptState: New found a log and hard state that raft cannot
-	// start from (for example a commit index past the last entry).
+	// start from (for example a commit index past the last entry), or a
+	// stored snapshot the state machine cannot restore.
 	ErrCorruptState = errors.New("raftnode: corrupt state")
 )
 
@@ -374,7 +375,7 @@ func New(cfg Config) (*Node, error) {
 	if !raft.IsEmptySnap(snap) {
 		md := snap.GetMetadata()
 		if err := cfg.StateMachine.Restore(md.GetIndex(), snap.GetData()); err != nil {
-			return nil, fmt.Errorf("raftnode: restoring snapshot at index %d: %w", md.GetIndex(), err)
+			return nil, fmt.Errorf("%w: restoring snapshot at index %d: %w", ErrCorruptState, md.GetIndex(), err)
 		}
 		cfg.Applied = md.GetIndex()
 		confState = md.GetConfState()

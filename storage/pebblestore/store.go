@@ -22,6 +22,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -90,6 +91,16 @@ type Store struct {
 	bgOnce    sync.Once
 	abandoned atomic.Bool
 
+	// opening is set until Open has loaded the store. Damage Pebble finds
+	// meanwhile (a compaction reading a damaged table) is recorded in
+	// openCorrupt, and Open fails with it once pebble.Open has returned,
+	// instead of fencing the files or giving up on pebble.Open: either made
+	// pebble.Open fail while its compaction still ran, and that compaction
+	// then crashed the process in Pebble's released file cache (or Pebble
+	// released the directory lock Open had already released).
+	opening     atomic.Bool
+	openCorrupt atomic.Pointer[error]
+
 	mu        sync.RWMutex
 	closed    bool
 	failed    error                    // sticky write failure; nil while healthy
@@ -116,8 +127,10 @@ var _ storage.LogStore = (*Store)(nil)
 // Open fails when dir is locked by another open Store (Pebble's LOCK file),
 // when the store was written in an unknown format, and, wrapping
 // storage.ErrCorrupt with the directory and the key or Pebble's file, when a
-// stored record fails its checksum or does not decode, or the records
-// disagree (for example a hard state committing past the last entry).
+// stored record fails its checksum or does not decode, a file the store
+// needs is missing (a table, the MANIFEST, the format-version marker), or
+// the records disagree (for example a hard state committing past the last
+// entry).
 // The caller owns the returned Store and must Close it.
 func Open(dir string, opts Options) (*Store, error) {
 	return open(dir, opts, defaultCacheLimits)
@@ -148,7 +161,12 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	if err := checkManifestTail(fs, dir); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
 	s := &Store{dir: dir, log: logger, lock: lock, bgFailed: make(chan struct{})}
+	s.opening.Store(true)
 	if opts.FS == nil {
 		// Only on the operating system's file system: a WAL sync off the
 		// processor goes to the descriptor directly, past any wrapper.
@@ -163,7 +181,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 			failed:     s.brokenErr,
 		},
 		Logger:             pebbleLogger{log: logger.Named("pebble").Sugar(), onFatal: s.setFenced},
-		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError},
+		EventListener:      &pebble.EventListener{BackgroundError: s.backgroundError, DataCorruption: s.dataCorruption},
 		FormatMajorVersion: pebble.FormatNewest,
 		// A raft log is written at the tail and deleted at the head, and the
 		// tail is served from the entry cache: modest memtables and block cache
@@ -195,6 +213,12 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	if err != nil {
 		_ = s.syncs.close()
 		_ = lock.Close()
+		if p := s.openCorrupt.Load(); p != nil {
+			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, *p)
+		}
+		if errors.Is(err, storage.ErrCorrupt) {
+			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+		}
 		if pebble.IsCorruptionError(err) {
 			// Pebble names the damaged file (for example the WAL being
 			// replayed) in the error's details, not in its message.
@@ -202,6 +226,9 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 				return nil, fmt.Errorf("pebblestore: open %s: %w: %w (%s)", dir, storage.ErrCorrupt, err, d)
 			}
 			return nil, fmt.Errorf("pebblestore: open %s: %w: %w", dir, storage.ErrCorrupt, err)
+		}
+		if what := missingPiece(err); what != "" {
+			return nil, fmt.Errorf("pebblestore: open %s: %w: %s: %w", dir, storage.ErrCorrupt, what, err)
 		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
@@ -218,6 +245,13 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = s.syncs.close()
 		_ = lock.Close()
 		return nil, err
+	}
+	s.opening.Store(false)
+	if p := s.openCorrupt.Load(); p != nil {
+		_ = db.Close()
+		_ = s.syncs.close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, *p)
 	}
 	return s, nil
 }
@@ -698,6 +732,23 @@ func (s *Store) Close() error {
 }
 
 // errAbandoned marks the error of an Open that gave up on pebble.Open.
+// missingPiece describes what is missing when err, from pebble.Open, says
+// that a file of an existing store is gone, and returns "" otherwise. Pebble
+// reports a table or MANIFEST that its metadata names but the directory
+// lacks as a "file does not exist" error, and a store holding data without
+// its format-version marker as ErrDBNotPristine; neither is a corruption
+// error to Pebble, yet neither can be left by a crash (Pebble writes and
+// syncs a file before naming it), so both are damage to the store.
+func missingPiece(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "a file the store names is missing"
+	case errors.Is(err, pebble.ErrDBNotPristine):
+		return "the store holds data but its format-version marker is missing"
+	}
+	return ""
+}
+
 var errAbandoned = errors.New("gave up opening the database")
 
 // openPebble runs pebble.Open, giving up on it at the first background
@@ -752,12 +803,43 @@ func (s *Store) parkIfAbandoned() {
 // Pebble reports every retry again; only the first is logged (fenceFS slows
 // the retries down).
 func (s *Store) backgroundError(err error) {
-	s.setFatal(fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err))
+	if pebble.IsCorruptionError(err) {
+		err = fmt.Errorf("%w: %w", storage.ErrCorrupt, err)
+	}
+	err = fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err)
+	if s.opening.Load() && errors.Is(err, storage.ErrCorrupt) {
+		// See Store.opening.
+		s.openCorrupt.CompareAndSwap(nil, &err)
+		return
+	}
+	s.setFatal(err)
 	s.bgOnce.Do(func() {
-		s.log.Error("pebblestore: pebble background error; the store refuses further writes",
-			zap.String("dir", s.dir), zap.Error(err))
+		s.log.Error("pebblestore: pebble background error; the store refuses further writes", zap.Error(err))
 		close(s.bgFailed)
 	})
+}
+
+// dataCorruption is Pebble's EventListener.DataCorruption: a read (Open's
+// flush or a compaction, or a read of the store's own) found a block of a
+// table that fails its checksum. Pebble's default hands the event to
+// Logger.Fatalf as text, which recorded a failure that neither wrapped
+// storage.ErrCorrupt nor kept Pebble's error; a compaction that reached the
+// damaged table during Open made Open fail with it. The error now wraps
+// storage.ErrCorrupt and names the table; during Open it is recorded for
+// Open to fail with (Store.opening), later the store is fenced as after any
+// Fatalf.
+func (s *Store) dataCorruption(info pebble.DataCorruptionInfo) {
+	details := info.Details
+	if details == nil {
+		details = errors.New("on-disk corruption")
+	}
+	err := fmt.Errorf("pebblestore: %s: %w: %w", info.Path, storage.ErrCorrupt, details)
+	s.log.Error("pebblestore: damaged table; the store refuses further writes", zap.Error(err))
+	if s.opening.Load() {
+		s.openCorrupt.CompareAndSwap(nil, &err)
+		return
+	}
+	s.setFenced(err)
 }
 
 // setFatal records the first failure Pebble reports through Logger.Fatalf

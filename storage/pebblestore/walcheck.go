@@ -165,3 +165,107 @@ func checkWALTail(fs vfs.FS, dir string) error {
 	}
 	return nil
 }
+
+// Pebble reads its MANIFEST (the list of tables and the log position they
+// cover) the same way, and stops without an error at the first record
+// that fails its checks, taking it for a torn final write: damage in the
+// middle of the MANIFEST silently forgot every table recorded after it,
+// with their entries (the WAL they came from is deleted once they are
+// flushed). Pebble writes one version edit at a time and syncs it before
+// the next, so here too a valid record after a bad chunk proves the bad
+// chunk was synced, and checkManifestTail fails Open naming the MANIFEST.
+// The MANIFEST uses the legacy chunk format (a 7-byte header without a log
+// number).
+const (
+	manifestFull  = 1
+	manifestFirst = 2
+	manifestLast  = 4
+)
+
+// validManifestChunkAt reports whether a legacy chunk with a correct
+// checksum starts at offset p of data, and whether it begins a record.
+func validManifestChunkAt(data []byte, p int) (ok, first bool) {
+	if p+walLegacyHeaderSize > len(data) {
+		return false, false
+	}
+	typ := data[p+6]
+	if typ < manifestFull || typ > manifestLast {
+		return false, false
+	}
+	blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
+	end := p + walLegacyHeaderSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
+	if end > blockEnd || binary.LittleEndian.Uint32(data[p:p+4]) != walChecksum(data[p+6:end]) {
+		return false, false
+	}
+	return true, typ == manifestFull || typ == manifestFirst
+}
+
+// firstBadManifestChunk returns the offset of the first chunk of data that
+// fails its checks, or -1 when every chunk is valid up to the end.
+func firstBadManifestChunk(data []byte) int {
+	p := 0
+	for p < len(data) {
+		blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
+		if blockEnd-p < walLegacyHeaderSize && allZero(data[p:blockEnd]) {
+			p = blockEnd
+			continue
+		}
+		if ok, _ := validManifestChunkAt(data, p); !ok {
+			return p
+		}
+		p += walLegacyHeaderSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
+	}
+	return -1
+}
+
+// checkManifestTail reads the current MANIFEST of dir (the one the newest
+// manifest marker names) and returns an error wrapping storage.ErrCorrupt,
+// naming the file and offset, when a chunk that Pebble would take for a
+// torn tail is followed by a valid record.
+func checkManifestTail(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("pebblestore: list %s: %w", dir, err)
+	}
+	var iter uint64
+	var name string
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, "marker.manifest.")
+		if !ok {
+			continue
+		}
+		num, file, ok := strings.Cut(rest, ".")
+		v, err := strconv.ParseUint(num, 10, 64)
+		if !ok || err != nil || (name != "" && v <= iter) {
+			continue
+		}
+		iter, name = v, file
+	}
+	if name == "" {
+		return nil
+	}
+	path := fs.PathJoin(dir, name)
+	f, err := fs.Open(path)
+	if err != nil {
+		// A missing MANIFEST is Pebble's to report (missingPiece).
+		return nil
+	}
+	data, err := io.ReadAll(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pebblestore: read %s: %w", path, err)
+	}
+	bad := firstBadManifestChunk(data)
+	if bad < 0 {
+		return nil
+	}
+	for p := bad + 1; p+walLegacyHeaderSize <= len(data); p++ {
+		if ok, first := validManifestChunkAt(data, p); ok && first {
+			return fmt.Errorf("pebblestore: %s: damaged MANIFEST record at offset %d is followed by a valid record at offset %d, so it was synced: %w",
+				path, bad, p, storage.ErrCorrupt)
+		}
+	}
+	return nil
+}

@@ -103,9 +103,10 @@ var _ storage.LogStore = (*Store)(nil)
 // that fails its CRC or does not decode, a missing segment, or records that
 // disagree (for example a hard state committing past the last entry).
 //
-// Once everything checks, Open replaces META with itself (synced), so that a
-// store in a directory it cannot write (permissions, a read-only or full
-// file system) fails Open, rather than its first snapshot later.
+// Once everything checks, Open replaces META with itself (synced), and it
+// creates and removes a file in the WAL directory, so that a store in a
+// directory it cannot write (permissions, a read-only or full file system)
+// fails Open, rather than at its first snapshot or segment cut later.
 //
 // Open also fails when another Store has dir open (the LOCK file). The
 // caller owns the returned Store and must Close it.
@@ -171,6 +172,13 @@ func (s *Store) load() error {
 	walDir := filepath.Join(s.dir, walDirName(m.walGen))
 	if _, err := os.Stat(walDir); err != nil {
 		return corrupt(walDir, fmt.Errorf("the WAL named by %s: %w", metaName, err))
+	}
+	// etcd's WAL creates its next segment in walDir in the background and
+	// only reports a failure when it cuts to it: a directory it may not
+	// write (permissions, a read-only mount) is refused now, rather than
+	// stopping the replica at its first segment cut.
+	if err := probeWritable(walDir); err != nil {
+		return fmt.Errorf("walstore: %s: cannot write the WAL directory: %w", walDir, err)
 	}
 	w, hs, ents, err := openWAL(s.lg.Named("wal"), walDir, m.prevIndex, m.prevTerm)
 	if err != nil {
@@ -292,6 +300,22 @@ func (s *Store) removeLeftovers() {
 			s.lg.Warn("walstore: remove leftover", zap.String("path", name), zap.Error(err))
 		}
 	}
+}
+
+// probeName is the file probeWritable creates and removes. etcd's WAL
+// ignores files ending in .tmp, so one left by a crash does no harm (the
+// next probe truncates and removes it).
+const probeName = "probe" + tmpSuffix
+
+// probeWritable creates and removes a file in dir, failing if either
+// cannot be done.
+func probeWritable(dir string) error {
+	p := filepath.Join(dir, probeName)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Close(), os.Remove(p))
 }
 
 // corrupt wraps err with storage.ErrCorrupt, naming the file.
