@@ -50,6 +50,11 @@ type Client struct {
 	// another address: a request stuck at the old one moves on. gRPC's
 	// keepalive cannot notice a paused replica sooner than in 10-20 s.
 	leaderMoved chan struct{}
+	// moveFrom is the leader leaderMoved was last closed for (the last
+	// known leader, also after rotate forgot it): learning the same
+	// address again (a redirect back to a leader a call's timeout made
+	// the client forget) is no move, and the calls waiting there stay.
+	moveFrom string
 
 	hb        *heartbeater
 	closed    chan struct{}
@@ -456,9 +461,16 @@ func (c *Client) rotate(addr string) {
 func (c *Client) setLeader(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if addr != c.leader && addr != "" {
+	if addr != "" && addr != c.moveFrom {
+		// Only a move to another address ends the attempts in flight:
+		// closing it when a leader that rotate had forgotten was learned
+		// again aborted every call waiting at that (healthy) leader, and
+		// each aborted call forgot it again, so that calls with short
+		// contexts kept a client's other calls bouncing off a healthy
+		// leader (TestReviewJShortCallsDoNotUnsettleTheLeader).
 		close(c.leaderMoved)
 		c.leaderMoved = make(chan struct{})
+		c.moveFrom = addr
 	}
 	c.leader = addr
 }

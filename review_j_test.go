@@ -1,0 +1,256 @@
+package quorumlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+)
+
+// reviewJNames are the lock names the stress tests share.
+var reviewJNames = []string{"j0", "j1", "j2", "j3"}
+
+// reviewJAllowed reports whether err is one of the outcomes the API
+// documents for a lock call on a live session under a short ctx.
+func reviewJAllowed(err error) bool {
+	return err == nil ||
+		errors.Is(err, quorumlock.ErrLocked) ||
+		errors.Is(err, quorumlock.ErrNotHeld) ||
+		errors.Is(err, quorumlock.ErrUnknownOutcome) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled)
+}
+
+// reviewJCheckTable checks, with nothing in flight, that the session's own
+// view (Locks) and the cluster's table agree: every name the table shows s
+// holding is in s.Locks() with the same token and its Lost open, every
+// other Lock s ever got has Lost closed, and s waits for nothing.
+func reviewJCheckTable(t *testing.T, o opener, s *quorumlock.Session, got []*quorumlock.Lock) {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	mine := map[string]*quorumlock.Lock{}
+	for _, l := range s.Locks() {
+		mine[l.Name()] = l
+	}
+	for _, name := range reviewJNames {
+		info, err := o.Holder(ctx, name)
+		if err != nil {
+			t.Fatalf("Holder(%q): %v", name, err)
+		}
+		if slices.Contains(info.Waiters, s.ID()) {
+			t.Errorf("%q: session %d still queued with nothing in flight: %+v", name, s.ID(), info)
+		}
+		l := mine[name]
+		switch {
+		case info.Holder == s.ID() && l == nil:
+			t.Errorf("%q: the table shows session %d holding token %d; the session does not know it", name, s.ID(), info.Token)
+		case info.Holder != s.ID() && l != nil:
+			t.Errorf("%q: the session believes it holds token %d; the table shows %+v", name, l.Token(), info)
+		case l != nil && l.Token() != info.Token:
+			t.Errorf("%q: the session holds token %d, the table %d", name, l.Token(), info.Token)
+		case l != nil && closed(l.Lost()):
+			t.Errorf("%q: held lock with Lost closed", name)
+		}
+	}
+	for _, l := range got {
+		if mine[l.Name()] != l && !closed(l.Lost()) {
+			t.Errorf("%q token %d: no longer the session's grant, but Lost is open", l.Name(), l.Token())
+		}
+	}
+}
+
+// Many goroutines share one Session (on a replica and through a client)
+// and call Acquire, TryAcquire and Release on a few names, with short and
+// cancelled contexts, while another session competes for the same names.
+// Every call returns a documented outcome, and afterwards the session's
+// view and the cluster's table agree.
+func TestReviewJSharedSessionStress(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			s := specSession(ctx, t, op.o)
+			rival := specSession(ctx, t, op.o)
+			var mu sync.Mutex
+			var got, unknown []*quorumlock.Lock
+			var wg sync.WaitGroup
+			stop := time.Now().Add(2 * time.Second)
+			worker := func(w int, sess *quorumlock.Session, record bool) {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 7))
+				for time.Now().Before(stop) {
+					name := reviewJNames[r.IntN(len(reviewJNames))]
+					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+r.IntN(40))*time.Millisecond)
+					if r.IntN(8) == 0 {
+						cancel()
+					}
+					var l *quorumlock.Lock
+					var err error
+					start := time.Now()
+					dl, _ := cctx.Deadline()
+					try := r.IntN(2) == 1
+					defer func() {}()
+					if !try {
+						l, err = sess.Acquire(cctx, name)
+					} else {
+						l, err = sess.TryAcquire(cctx, name)
+					}
+					cancel()
+					if !reviewJAllowed(err) || errors.Is(err, quorumlock.ErrWithdrawPending) {
+						t.Errorf("worker %d: acquire %q (try %v, ctx %v): %v after %v", w, name, try, dl.Sub(start), err, time.Since(start))
+						return
+					}
+					if err == nil {
+						if l == nil || l.Name() != name || l.Token() == 0 {
+							t.Errorf("worker %d: acquire %q returned %v", w, name, l)
+							return
+						}
+						if record {
+							mu.Lock()
+							got = append(got, l)
+							mu.Unlock()
+						}
+						if r.IntN(3) > 0 {
+							rctx, rcancel := context.WithTimeout(ctx, time.Duration(1+r.IntN(40))*time.Millisecond)
+							err := l.Release(rctx)
+							rcancel()
+							if !reviewJAllowed(err) {
+								t.Errorf("worker %d: release %q: %v", w, name, err)
+								return
+							}
+							if errors.Is(err, quorumlock.ErrUnknownOutcome) && record {
+								mu.Lock()
+								unknown = append(unknown, l)
+								mu.Unlock()
+							}
+							if err == nil && !closed(l.Lost()) {
+								t.Errorf("worker %d: released %q, Lost open", w, name)
+							}
+						}
+					}
+				}
+			}
+			for w := range 8 {
+				wg.Add(1)
+				go worker(w, s, true)
+			}
+			for w := 8; w < 10; w++ {
+				wg.Add(1)
+				go worker(w, rival, false)
+			}
+			wg.Wait()
+			for _, n := range nodes {
+				st := n.Status()
+				t.Logf("node %d leader %d term %d", st.ID, st.Leader, st.Term)
+			}
+			if err := s.Err(); err != nil {
+				t.Fatalf("session ended: %v", err)
+			}
+			if err := rival.Err(); err != nil {
+				t.Fatalf("rival session ended: %v", err)
+			}
+			// A release whose outcome is unknown is settled by calling
+			// it again (Lock.Release).
+			for _, l := range unknown {
+				if err := l.Release(ctx); err != nil && !errors.Is(err, quorumlock.ErrNotHeld) {
+					t.Errorf("settling release %q: %v", l.Name(), err)
+				}
+			}
+			reviewJCheckTable(t, op.o, s, got)
+			// Release what is left; then nothing is held by s.
+			for _, l := range s.Locks() {
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("final release %q: %v", l.Name(), err)
+				}
+			}
+			reviewJCheckTable(t, op.o, s, got)
+			fmt.Fprintf(testWriter{t}, "%s: %d grants\n", op.name, len(got))
+		})
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// A client's calls with contexts too short for a round trip (each one
+// ends at the healthy leader, and the client forgets that leader, as it
+// must for a silent one) do not unsettle the client's other calls: the
+// next call, redirected back to the same leader by a follower, used to
+// count as a leader move, which aborted every call waiting at the leader,
+// and each aborted call forgot the leader again. With a stable leader,
+// Acquires stopped by their deadline then could not withdraw in time
+// (ErrWithdrawPending, 5-10 of 20) and TryAcquires with half a second to
+// spare timed out. (This catches the bug about half the time; the
+// deterministic check is TestReviewJSameLeaderLearnedAgainIsNoMove.)
+func TestReviewJShortCallsDoNotUnsettleTheLeader(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	cl := specDial(t, nodes) // election timeout 200 ms, as the cluster's
+	ctx := testCtx(t, 60*time.Second)
+	s := specSession(ctx, t, cl)
+	rival := specSession(ctx, t, nodes[0])
+	if _, err := rival.Acquire(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	term := nodes[specLeader(t, nodes)].Status().Term
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+				l, err := s.TryAcquire(cctx, fmt.Sprint("free", w))
+				cancel()
+				if err == nil {
+					l.Release(ctx)
+				}
+			}
+		}()
+	}
+	var failed []error
+	pending := 0
+	for range 20 {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		_, err := s.Acquire(cctx, "busy")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			failed = append(failed, fmt.Errorf("Acquire of a held lock: %w", err))
+		}
+		if errors.Is(err, quorumlock.ErrWithdrawPending) {
+			pending++
+		}
+		cctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err = s.TryAcquire(cctx, "busy")
+		cancel()
+		if !errors.Is(err, quorumlock.ErrLocked) {
+			failed = append(failed, fmt.Errorf("TryAcquire of a held lock: %w", err))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if now := nodes[specLeader(t, nodes)].Status().Term; now != term {
+		t.Skipf("the cluster changed leader (term %d to %d): timeouts are then expected", term, now)
+	}
+	for _, err := range failed {
+		t.Error(err)
+	}
+	// Not asserted (a 50 ms settling may not fit on a loaded machine),
+	// but 0 of 20 is the norm with the leader stable; it was 5-10.
+	t.Logf("%d of 20 Acquires with withdrawals pending", pending)
+	if err := s.Err(); err != nil {
+		t.Fatalf("session ended: %v", err)
+	}
+}
