@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/quorumlock/quorumlock"
 )
 
@@ -264,4 +266,328 @@ func TestReviewJShortCallsDoNotUnsettleTheLeader(t *testing.T) {
 	if err := s.Err(); err != nil {
 		t.Fatalf("session ended: %v", err)
 	}
+}
+
+// Session.Close races calls of the session in flight (waiting Acquires of
+// held locks, Acquire/TryAcquire/Release of free ones, a waiting Elect):
+// every call ends soon with a definite outcome (a Lock whose Lost is
+// closed by the time Close returns, or ErrSessionExpired), Close returns
+// nil, and once it has returned the table shows the session neither
+// holding nor queued anywhere, also after the holders release.
+func TestReviewJCloseRacesCallsInFlight(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			rival := specSession(ctx, t, op.o)
+			for _, name := range []string{"j0", "j1"} {
+				if _, err := rival.Acquire(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rl, err := rival.Elect(ctx, "jrole", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for round := range 3 {
+				s, err := op.o.NewSession(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				var got []*quorumlock.Lock
+				var bad []error
+				ok := func(err error) bool {
+					return err == nil || errors.Is(err, quorumlock.ErrSessionExpired) || errors.Is(err, quorumlock.ErrNotHeld)
+				}
+				// Waiting calls.
+				for _, name := range []string{"j0", "j1", "j0"} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						l, err := s.Acquire(ctx, name)
+						mu.Lock()
+						defer mu.Unlock()
+						if err == nil {
+							bad = append(bad, fmt.Errorf("Acquire(%q) of a lock the rival holds returned token %d", name, l.Token()))
+						} else if !errors.Is(err, quorumlock.ErrSessionExpired) {
+							bad = append(bad, fmt.Errorf("waiting Acquire(%q): %v", name, err))
+						}
+					}()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := s.Elect(ctx, "jrole", nil)
+					if !errors.Is(err, quorumlock.ErrSessionExpired) {
+						mu.Lock()
+						bad = append(bad, fmt.Errorf("waiting Elect: %v", err))
+						mu.Unlock()
+					}
+				}()
+				// Busy calls on free names.
+				for w := range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						name := []string{"j2", "j3"}[w%2]
+						for s.Err() == nil {
+							var l *quorumlock.Lock
+							var err error
+							if w < 2 {
+								l, err = s.Acquire(ctx, name)
+							} else {
+								l, err = s.TryAcquire(ctx, name)
+							}
+							if !ok(err) && !errors.Is(err, quorumlock.ErrLocked) {
+								mu.Lock()
+								bad = append(bad, fmt.Errorf("acquire %q: %v", name, err))
+								mu.Unlock()
+								return
+							}
+							if l != nil {
+								mu.Lock()
+								got = append(got, l)
+								mu.Unlock()
+								if err := l.Release(ctx); !ok(err) {
+									mu.Lock()
+									bad = append(bad, fmt.Errorf("release %q: %v", name, err))
+									mu.Unlock()
+									return
+								}
+							}
+						}
+					}()
+				}
+				waitQueued(t, op.o, "j0", s.ID())
+				waitQueued(t, op.o, "j1", s.ID())
+				time.Sleep(time.Duration(round*7) * time.Millisecond)
+				if err := s.Close(ctx); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				mu.Lock()
+				for _, l := range got {
+					if !closed(l.Lost()) {
+						t.Errorf("%q token %d: Lost open after Close returned", l.Name(), l.Token())
+					}
+				}
+				mu.Unlock()
+				// The table, read right after Close returned.
+				for _, name := range reviewJNames {
+					info := holder(t, op.o, name)
+					if info.Holder == s.ID() || slices.Contains(info.Waiters, s.ID()) {
+						t.Errorf("%q after Close returned: %+v (session %d)", name, info, s.ID())
+					}
+				}
+				if li, err := op.o.Leader(ctx, "jrole"); err != nil || li.Session != rival.ID() {
+					t.Errorf("role after Close: %+v, %v", li, err)
+				}
+				done := make(chan struct{})
+				go func() { wg.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("calls of a closed session still running 5 s after Close")
+				}
+				for _, err := range bad {
+					t.Error(err)
+				}
+				if len(s.Locks()) != 0 {
+					t.Errorf("closed session lists locks: %v", s.Locks())
+				}
+			}
+			// The rival hands over: nobody of the closed sessions is next.
+			for _, l := range rival.Locks() {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rl.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range reviewJNames {
+				if info := holder(t, op.o, name); info.Holder != 0 || len(info.Waiters) != 0 {
+					t.Errorf("%q after every session closed or released: %+v", name, info)
+				}
+			}
+			if _, err := op.o.Leader(ctx, "jrole"); !errors.Is(err, quorumlock.ErrNoLeader) {
+				t.Errorf("role after the leader resigned and candidates closed: %v", err)
+			}
+		})
+	}
+}
+
+// Every replica and a client close while calls of every kind are in
+// flight through each (waiting Acquires, TryAcquire/Release loops, a
+// waiting Elect, a leadership's Proclaims, Observe streams, Holder and
+// NewSession loops): no call panics or outlives the close by more than a
+// few seconds, each ends with ErrClosed or ErrSessionExpired (or a
+// documented outcome from before the close), every session's Done and
+// every Observe channel close, and no goroutine is left behind.
+func TestReviewJCloseEverythingInFlight(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	nodes := specCluster(t, 3, nil)
+	lead := specLeader(t, nodes)
+	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), specAddrs(nodes), quorumlock.WithElectionTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 60*time.Second)
+	ops := []opener{nodes[0], nodes[1], nodes[2], cl}
+	blocker, err := nodes[lead].NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Acquire(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Elect(ctx, "role", nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bad []error
+	report := func(format string, args ...any) {
+		mu.Lock()
+		bad = append(bad, fmt.Errorf(format, args...))
+		mu.Unlock()
+	}
+	ended := func(err error) bool {
+		return errors.Is(err, quorumlock.ErrClosed) || errors.Is(err, quorumlock.ErrSessionExpired)
+	}
+	var sessions []*quorumlock.Session
+	var observers []<-chan quorumlock.LeaderInfo
+	for i, o := range ops {
+		s, err := o.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, s)
+		ld, err := s.Elect(ctx, fmt.Sprint("own", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		observers = append(observers, o.Observe(ctx, "role"), o.Observe(ctx, fmt.Sprint("own", i)))
+		wg.Add(7)
+		go func() { // a waiting Acquire
+			defer wg.Done()
+			if l, err := s.Acquire(ctx, "held"); !ended(err) {
+				report("%s: waiting Acquire: %v, %v", where(o), l, err)
+			}
+		}()
+		go func() { // a waiting Elect
+			defer wg.Done()
+			if _, err := s.Elect(ctx, "role", nil); !ended(err) {
+				report("%s: waiting Elect: %v", where(o), err)
+			}
+		}()
+		go func() { // an owned Elect waiting
+			defer wg.Done()
+			if _, err := o.Elect(ctx, "role", nil); !ended(err) {
+				report("%s: waiting owned Elect: %v", where(o), err)
+			}
+		}()
+		go func() { // Acquire/TryAcquire/Release
+			defer wg.Done()
+			for n := 0; ; n++ {
+				name := fmt.Sprint("free", i)
+				var l *quorumlock.Lock
+				var err error
+				if n%2 == 0 {
+					l, err = s.Acquire(ctx, name)
+				} else {
+					l, err = s.TryAcquire(ctx, name)
+				}
+				if err != nil {
+					if !ended(err) {
+						report("%s: acquire: %v", where(o), err)
+					}
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					if !ended(err) {
+						report("%s: release: %v", where(o), err)
+					}
+					return
+				}
+			}
+		}()
+		go func() { // Proclaims
+			defer wg.Done()
+			for {
+				if err := ld.Proclaim(ctx, []byte("v")); err != nil {
+					if !ended(err) {
+						report("%s: Proclaim: %v", where(o), err)
+					}
+					return
+				}
+			}
+		}()
+		go func() { // reads
+			defer wg.Done()
+			for {
+				if _, err := o.Holder(ctx, "held"); err != nil {
+					if !errors.Is(err, quorumlock.ErrClosed) {
+						report("%s: Holder: %v", where(o), err)
+					}
+					return
+				}
+			}
+		}()
+		go func() { // sessions opened and closed
+			defer wg.Done()
+			for {
+				ns, err := o.NewSession(ctx)
+				if err != nil {
+					if !errors.Is(err, quorumlock.ErrClosed) {
+						report("%s: NewSession: %v", where(o), err)
+					}
+					return
+				}
+				if err := ns.Close(ctx); err != nil && !ended(err) {
+					report("%s: Session.Close: %v", where(o), err)
+					return
+				}
+			}
+		}()
+	}
+	for _, o := range ops {
+		if n, ok := o.(*quorumlock.Node); ok {
+			waitQueued(t, n, "held", sessions[0].ID())
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	var closers sync.WaitGroup
+	for _, n := range nodes {
+		closers.Go(func() { n.Close() })
+	}
+	closers.Go(func() { cl.Close() })
+	all := make(chan struct{})
+	go func() { closers.Wait(); wg.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(20 * time.Second):
+		t.Fatal("calls or Close still running 20 s after every replica and the client closed")
+	}
+	for _, err := range bad {
+		t.Error(err)
+	}
+	for _, s := range append(sessions, blocker) {
+		if !closed(s.Done()) {
+			t.Errorf("session %d alive after its replica or client closed", s.ID())
+		}
+	}
+	for i, ch := range observers {
+		select {
+		case _, ok := <-ch:
+			for ok {
+				_, ok = <-ch
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("Observe stream %d still open after close", i)
+		}
+	}
+	goleak.VerifyNone(t, ignore)
 }
