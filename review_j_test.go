@@ -591,3 +591,250 @@ func TestReviewJCloseEverythingInFlight(t *testing.T) {
 	}
 	goleak.VerifyNone(t, ignore)
 }
+
+// Two concurrent Releases of one grant: one frees it (nil), the other
+// finds it gone (ErrNotHeld); both leave Lost closed and the session's
+// Locks without it, and the next waiter is granted with a larger token.
+// A Release racing an Acquire of the same name by the same session
+// (which returns the held grant) leaves the session's view and the table
+// agreeing. Release after Session.Close returns ErrSessionExpired and
+// changes nothing.
+func TestReviewJConcurrentReleases(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			s := specSession(ctx, t, op.o)
+			waiter := specSession(ctx, t, op.o)
+			for round := range 10 {
+				l, err := s.Acquire(ctx, "j0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait := acquireQueued(t, ctx, waiter, op.o, "j0")
+				errs := make(chan error, 2)
+				for range 2 {
+					go func() { errs <- l.Release(ctx) }()
+				}
+				var nils, notHeld int
+				for range 2 {
+					switch err := <-errs; {
+					case err == nil:
+						nils++
+					case errors.Is(err, quorumlock.ErrNotHeld):
+						notHeld++
+					default:
+						t.Fatalf("round %d: concurrent Release: %v", round, err)
+					}
+				}
+				if nils != 1 || notHeld != 1 {
+					t.Fatalf("round %d: concurrent Releases: %d nil, %d ErrNotHeld; want one each", round, nils, notHeld)
+				}
+				if !closed(l.Lost()) || len(s.Locks()) != 0 {
+					t.Fatalf("round %d: after Release: Lost closed %v, Locks %v", round, closed(l.Lost()), s.Locks())
+				}
+				r := <-wait
+				if r.err != nil || r.l.Token() <= l.Token() {
+					t.Fatalf("round %d: waiter: %v, %v (released token %d)", round, r.l, r.err, l.Token())
+				}
+				if err := r.l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Release racing a re-entrant Acquire of the same session.
+			var got []*quorumlock.Lock
+			for range 20 {
+				l, err := s.Acquire(ctx, "j1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, l)
+				rel := make(chan error, 1)
+				go func() { rel <- l.Release(ctx) }()
+				l2, err := s.Acquire(ctx, "j1")
+				switch {
+				case err == nil:
+					got = append(got, l2)
+				case errors.Is(err, quorumlock.ErrNotHeld):
+				default:
+					t.Fatalf("Acquire racing Release: %v", err)
+				}
+				if err := <-rel; err != nil {
+					t.Fatalf("Release racing Acquire: %v", err)
+				}
+				reviewJCheckTable(t, op.o, s, got)
+				for _, l := range s.Locks() {
+					if err := l.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// Release after Close.
+			l, err := s.Acquire(ctx, "j2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Fatalf("Release after Close: %v", err)
+			}
+			if _, err := s.Acquire(ctx, "j2"); !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Fatalf("Acquire after Close: %v", err)
+			}
+			if info := holder(t, op.o, "j2"); info.Holder != 0 {
+				t.Fatalf("j2 after Close: %+v", info)
+			}
+		})
+	}
+}
+
+// Leadership under concurrent use: Proclaims racing Resign each end with
+// nil or ErrNotHeld and none changes the value once the next leader is
+// elected; two concurrent Resigns give one nil and one ErrNotHeld (nil
+// twice for Node.Elect's, whose Resign is Session.Close); Done and
+// Context end by the time Resign returns; two sessions of one process
+// campaign for one role, and the second leads only after the first
+// resigned, with a larger epoch, as Observe reports in order.
+func TestReviewJLeadershipRaces(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	admin := specDial(t, nodes)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			a := specSession(ctx, t, op.o)
+			b := specSession(ctx, t, op.o)
+			octx, ocancel := context.WithCancel(ctx)
+			events := op.o.Observe(octx, "jr")
+			var lastEpoch quorumlock.Token
+			for round := range 6 {
+				la, err := a.Elect(ctx, "jr", []byte("a"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if la.Epoch() <= lastEpoch {
+					t.Fatalf("round %d: epoch %d after %d", round, la.Epoch(), lastEpoch)
+				}
+				bc := make(chan *quorumlock.Leadership, 1)
+				go func() {
+					lb, err := b.Elect(ctx, "jr", []byte("b"))
+					if err != nil {
+						t.Errorf("round %d: second candidate: %v", round, err)
+					}
+					bc <- lb
+				}()
+				reviewJWaitCandidate(t, admin, "jr", b.ID())
+				var wg sync.WaitGroup
+				for i := range 4 {
+					wg.Go(func() {
+						err := la.Proclaim(ctx, []byte(fmt.Sprint("p", i)))
+						if err != nil && !errors.Is(err, quorumlock.ErrNotHeld) {
+							t.Errorf("round %d: Proclaim racing Resign: %v", round, err)
+						}
+					})
+				}
+				resigns := make(chan error, 2)
+				for range 2 {
+					go func() { resigns <- la.Resign(ctx) }()
+				}
+				var nils, notHeld int
+				for range 2 {
+					switch err := <-resigns; {
+					case err == nil:
+						nils++
+					case errors.Is(err, quorumlock.ErrNotHeld):
+						notHeld++
+					default:
+						t.Fatalf("round %d: concurrent Resign: %v", round, err)
+					}
+					if !closed(la.Done()) || la.Context().Err() == nil {
+						t.Fatalf("round %d: Resign returned with Done open", round)
+					}
+				}
+				if nils != 1 || notHeld != 1 {
+					t.Fatalf("round %d: concurrent Resigns: %d nil, %d ErrNotHeld", round, nils, notHeld)
+				}
+				wg.Wait()
+				lb := <-bc
+				if lb == nil {
+					t.FailNow()
+				}
+				if lb.Epoch() <= la.Epoch() {
+					t.Fatalf("round %d: second leader's epoch %d after %d", round, lb.Epoch(), la.Epoch())
+				}
+				li, err := op.o.Leader(ctx, "jr")
+				if err != nil || li.Session != b.ID() || li.Epoch != lb.Epoch() || string(li.Value) != "b" {
+					t.Fatalf("round %d: leader after hand-over: %+v, %v (a Proclaim of the old leader changed it?)", round, li, err)
+				}
+				if err := la.Proclaim(ctx, []byte("late")); !errors.Is(err, quorumlock.ErrNotHeld) {
+					t.Fatalf("round %d: Proclaim after Resign: %v", round, err)
+				}
+				if err := lb.Resign(ctx); err != nil {
+					t.Fatal(err)
+				}
+				lastEpoch = lb.Epoch()
+			}
+			// Observe: epochs never go back, "no leader" between leaders.
+			var prev quorumlock.LeaderInfo
+			first := true
+			for {
+				var ev quorumlock.LeaderInfo
+				select {
+				case ev = <-events:
+				case <-time.After(5 * time.Second):
+					t.Fatal("Observe did not reach the last resignation")
+				}
+				if ev.Epoch < prev.Epoch {
+					t.Fatalf("Observe went back: %+v after %+v", ev, prev)
+				}
+				if !first && ev.HasLeader() && prev.HasLeader() && ev.Epoch != prev.Epoch {
+					t.Fatalf("Observe: leader %+v right after leader %+v without a no-leader event", ev, prev)
+				}
+				prev, first = ev, false
+				if !ev.HasLeader() && ev.Epoch == lastEpoch {
+					break
+				}
+			}
+			ocancel()
+			for range events {
+			}
+
+			// Node.Elect's (or Client.Elect's) leadership: two Resigns
+			// give nil twice.
+			lo, err := op.o.Elect(ctx, "jo", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r1, r2 := make(chan error, 1), make(chan error, 1)
+			go func() { r1 <- lo.Resign(ctx) }()
+			go func() { r2 <- lo.Resign(ctx) }()
+			if e1, e2 := <-r1, <-r2; e1 != nil || e2 != nil {
+				t.Fatalf("concurrent Resigns of an owned leadership: %v, %v", e1, e2)
+			}
+			if _, err := op.o.Leader(ctx, "jo"); !errors.Is(err, quorumlock.ErrNoLeader) {
+				t.Fatalf("owned role after Resign: %v", err)
+			}
+		})
+	}
+}
+
+// reviewJWaitCandidate waits until session is among the candidates of
+// role, as Client.Locks lists them.
+func reviewJWaitCandidate(t *testing.T, admin *quorumlock.Client, role string, session uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		entries, _, err := admin.Locks(testCtx(t, 10*time.Second), "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Role && e.Name == role && slices.Contains(e.Waiters, session) {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("session %d never a candidate for %q", session, role)
+}
