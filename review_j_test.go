@@ -838,3 +838,164 @@ func reviewJWaitCandidate(t *testing.T, admin *quorumlock.Client, role string, s
 	}
 	t.Fatalf("session %d never a candidate for %q", session, role)
 }
+
+// reviewJNoPanic runs f and reports a panic as a test error.
+func reviewJNoPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s panicked: %v", what, r)
+		}
+	}()
+	f()
+}
+
+// The nil a failed call returns (a *Lock, *Session or *Leadership), a
+// zero Lock, Session or Leadership, and a nil ctx are misuse the API
+// answers with errors, not panics: Release, Resign and Proclaim of no
+// grant return ErrNotHeld, calls of no session ErrSessionExpired, Done and
+// Lost are closed (nothing is held through them), and a nil ctx is taken
+// as context.Background() by every call that takes a ctx, on a replica
+// and through a client.
+func TestReviewJNilAndZeroValues(t *testing.T) {
+	nodes := specCluster(t, 1, nil)
+	n := nodes[0]
+	specLeader(t, nodes)
+	cl := specDial(t, nodes)
+	ctx := testCtx(t, 20*time.Second)
+	var nilCtx context.Context
+	for _, l := range []*quorumlock.Lock{nil, new(quorumlock.Lock)} {
+		reviewJNoPanic(t, "Lock methods", func() {
+			if err := l.Release(ctx); !errors.Is(err, quorumlock.ErrNotHeld) {
+				t.Errorf("Release of a nil or zero Lock: %v", err)
+			}
+			if !closed(l.Lost()) || l.Token() != 0 || l.Name() != "" || l.Session() != nil {
+				t.Errorf("nil or zero Lock: Lost closed %v, token %d, name %q", closed(l.Lost()), l.Token(), l.Name())
+			}
+		})
+	}
+	for _, s := range []*quorumlock.Session{nil, new(quorumlock.Session)} {
+		reviewJNoPanic(t, "Session methods", func() {
+			if _, err := s.Acquire(ctx, "a"); !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Errorf("Acquire on a nil or zero Session: %v", err)
+			}
+			if _, err := s.TryAcquire(ctx, "a"); !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Errorf("TryAcquire on a nil or zero Session: %v", err)
+			}
+			if _, err := s.Elect(ctx, "r", nil); !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Errorf("Elect on a nil or zero Session: %v", err)
+			}
+			if err := s.Close(ctx); !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Errorf("Close of a nil or zero Session: %v", err)
+			}
+			if !errors.Is(s.Err(), quorumlock.ErrSessionExpired) || !closed(s.Done()) || s.ID() != 0 || len(s.Locks()) != 0 || !s.Deadline().IsZero() || s.TTL() != 0 {
+				t.Errorf("nil or zero Session: Err %v, Done closed %v, ID %d", s.Err(), closed(s.Done()), s.ID())
+			}
+		})
+	}
+	for _, ld := range []*quorumlock.Leadership{nil, new(quorumlock.Leadership)} {
+		reviewJNoPanic(t, "Leadership methods", func() {
+			if err := ld.Resign(ctx); !errors.Is(err, quorumlock.ErrNotHeld) {
+				t.Errorf("Resign of a nil or zero Leadership: %v", err)
+			}
+			if err := ld.Proclaim(ctx, nil); !errors.Is(err, quorumlock.ErrNotHeld) {
+				t.Errorf("Proclaim of a nil or zero Leadership: %v", err)
+			}
+			if !closed(ld.Done()) || ld.Context().Err() == nil || ld.Epoch() != 0 || ld.Role() != "" || ld.Session() != nil {
+				t.Errorf("nil or zero Leadership: Done closed %v, Context %v, epoch %d", closed(ld.Done()), ld.Context().Err(), ld.Epoch())
+			}
+		})
+	}
+	// A nil ctx, on a replica and through a client.
+	reviewJNoPanic(t, "Dial with a nil ctx", func() {
+		c, err := quorumlock.Dial(nilCtx, specAddrs(nodes))
+		if err != nil {
+			t.Errorf("Dial with a nil ctx: %v", err)
+			return
+		}
+		c.Close()
+	})
+	reviewJNoPanic(t, "Start with a nil ctx", func() {
+		if _, err := quorumlock.Start(nilCtx, quorumlock.Config{}); !errors.Is(err, quorumlock.ErrInvalidConfig) {
+			t.Errorf("Start with a nil ctx and an empty Config: %v", err)
+		}
+	})
+	for _, o := range []opener{n, cl} {
+		reviewJNoPanic(t, where(o)+" with a nil ctx", func() {
+			s, err := o.NewSession(nilCtx)
+			if err != nil {
+				t.Fatalf("NewSession(nil ctx) on %s: %v", where(o), err)
+			}
+			l, err := s.Acquire(nilCtx, "a")
+			if err != nil {
+				t.Fatalf("Acquire(nil ctx): %v", err)
+			}
+			if _, err := s.TryAcquire(nilCtx, "b"); err != nil {
+				t.Errorf("TryAcquire(nil ctx): %v", err)
+			}
+			if info, err := o.Holder(nilCtx, "a"); err != nil || info.Holder != s.ID() {
+				t.Errorf("Holder(nil ctx): %+v, %v", info, err)
+			}
+			if err := l.Release(nilCtx); err != nil {
+				t.Errorf("Release(nil ctx): %v", err)
+			}
+			ld, err := s.Elect(nilCtx, "r", nil)
+			if err != nil {
+				t.Fatalf("Session.Elect(nil ctx): %v", err)
+			}
+			if err := ld.Proclaim(nilCtx, []byte("v")); err != nil {
+				t.Errorf("Proclaim(nil ctx): %v", err)
+			}
+			if li, err := o.Leader(nilCtx, "r"); err != nil || li.Epoch != ld.Epoch() {
+				t.Errorf("Leader(nil ctx): %+v, %v", li, err)
+			}
+			events := o.Observe(nilCtx, "r")
+			if ev := <-events; ev.Epoch != ld.Epoch() {
+				t.Errorf("Observe(nil ctx) first event: %+v", ev)
+			}
+			if err := ld.Resign(nilCtx); err != nil {
+				t.Errorf("Resign(nil ctx): %v", err)
+			}
+			owned, err := o.Elect(nilCtx, "r2", nil)
+			if err != nil {
+				t.Fatalf("Elect(nil ctx): %v", err)
+			}
+			if err := owned.Resign(nilCtx); err != nil {
+				t.Errorf("owned Resign(nil ctx): %v", err)
+			}
+			if err := s.Close(nilCtx); err != nil {
+				t.Errorf("Close(nil ctx): %v", err)
+			}
+		})
+	}
+	reviewJNoPanic(t, "Client admin calls with a nil ctx", func() {
+		if st := cl.Status(nilCtx); len(st) != 1 || st[0].Err != nil {
+			t.Errorf("Status(nil ctx): %+v", st)
+		}
+		if _, _, err := cl.Locks(nilCtx, "", 0); err != nil {
+			t.Errorf("Locks(nil ctx): %v", err)
+		}
+		if _, _, err := cl.Sessions(nilCtx, 0, 0); err != nil {
+			t.Errorf("Sessions(nil ctx): %v", err)
+		}
+		if err := cl.RevokeSession(nilCtx, 1<<40); !errors.Is(err, quorumlock.ErrSessionExpired) {
+			t.Errorf("RevokeSession(nil ctx) of no session: %v", err)
+		}
+	})
+	// After the Node and the Client closed, a nil ctx gives ErrClosed.
+	cl.Close()
+	n.Close()
+	reviewJNoPanic(t, "calls with a nil ctx after Close", func() {
+		for _, o := range []opener{n, cl} {
+			if _, err := o.NewSession(nilCtx); !errors.Is(err, quorumlock.ErrClosed) {
+				t.Errorf("NewSession(nil ctx) on closed %s: %v", where(o), err)
+			}
+			if _, err := o.Holder(nilCtx, "a"); !errors.Is(err, quorumlock.ErrClosed) {
+				t.Errorf("Holder(nil ctx) on closed %s: %v", where(o), err)
+			}
+			if _, ok := <-o.Observe(nilCtx, "r"); ok {
+				t.Errorf("Observe(nil ctx) on closed %s delivered an event", where(o))
+			}
+		}
+	})
+}
