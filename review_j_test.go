@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -998,4 +999,173 @@ func TestReviewJNilAndZeroValues(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Limits under concurrency: sessions opened at once past MaxSessions,
+// acquires of one session at once past MaxLocksPerSession, and waiters at
+// once past MaxWaitersPerLock: exactly the limit succeeds, the rest get
+// ErrLimit (nothing else), and the table shows exactly the successes.
+// Names of exactly MaxNameBytes (ending in a multi-byte rune) work, one
+// byte more is ErrInvalidName, on a replica and through a client (which
+// does not know the cluster's MaxNameBytes).
+func TestReviewJLimitsUnderConcurrency(t *testing.T) {
+	const maxName = 16
+	nodes := specCluster(t, 3, func(c *quorumlock.Config) {
+		c.MaxSessions = 12
+		c.MaxLocksPerSession = 3
+		c.MaxWaitersPerLock = 2
+		c.MaxNameBytes = maxName
+	})
+	ops := specOpeners(t, nodes)
+	ctx := testCtx(t, 30*time.Second)
+	// Sessions.
+	var mu sync.Mutex
+	var sessions []*quorumlock.Session
+	var limited int
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			s, err := ops[i%2].o.NewSession(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				sessions = append(sessions, s)
+			case errors.Is(err, quorumlock.ErrLimit):
+				limited++
+			default:
+				t.Errorf("NewSession: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(sessions) != 12 || limited != 8 {
+		t.Fatalf("20 sessions at once, limit 12: %d opened, %d ErrLimit", len(sessions), limited)
+	}
+	t.Cleanup(func() {
+		for _, s := range sessions {
+			s.Close(testCtx(t, 10*time.Second))
+		}
+	})
+	// Locks per session: 6 names at once on one session, limit 3.
+	for k, op := range ops {
+		s := sessions[k]
+		var got []*quorumlock.Lock
+		limited := 0
+		for i := range 6 {
+			wg.Go(func() {
+				var l *quorumlock.Lock
+				var err error
+				if i%2 == 0 {
+					l, err = s.Acquire(ctx, fmt.Sprintf("k%d-%d", k, i))
+				} else {
+					l, err = s.TryAcquire(ctx, fmt.Sprintf("k%d-%d", k, i))
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					got = append(got, l)
+				case errors.Is(err, quorumlock.ErrLimit):
+					limited++
+				default:
+					t.Errorf("%s: acquire: %v", op.name, err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(got) != 3 || limited != 3 || len(s.Locks()) != 3 {
+			t.Fatalf("%s: 6 locks at once, limit 3: %d granted, %d ErrLimit, Locks %d", op.name, len(got), limited, len(s.Locks()))
+		}
+		for i := range 6 {
+			name := fmt.Sprintf("k%d-%d", k, i)
+			info := holder(t, op.o, name)
+			held := slices.ContainsFunc(got, func(l *quorumlock.Lock) bool { return l.Name() == name })
+			if held != (info.Holder == s.ID()) || (!held && (info.Holder != 0 || len(info.Waiters) != 0)) {
+				t.Fatalf("%s: %q: granted %v, table %+v", op.name, name, held, info)
+			}
+		}
+	}
+	// Waiters per lock: sessions 2..9 wait at once for a lock session 0
+	// holds, limit 2.
+	wctx, wcancel := context.WithCancel(ctx)
+	type res struct {
+		s   *quorumlock.Session
+		err error
+	}
+	results := make(chan res, 8)
+	for _, s := range sessions[2:10] {
+		go func() {
+			_, err := s.Acquire(wctx, "k0-0")
+			results <- res{s, err}
+		}()
+	}
+	var refused []res
+	for range 6 {
+		select {
+		case r := <-results:
+			if !errors.Is(r.err, quorumlock.ErrLimit) {
+				t.Fatalf("waiter past the limit: %v", r.err)
+			}
+			refused = append(refused, r)
+		case <-time.After(10 * time.Second):
+			t.Fatal("fewer than 6 waiters refused")
+		}
+	}
+	info := holder(t, ops[0].o, "k0-0")
+	if len(info.Waiters) != 2 || info.Holder != sessions[0].ID() {
+		t.Fatalf("k0-0 with 2 waiters allowed: %+v", info)
+	}
+	for _, r := range refused {
+		if slices.Contains(info.Waiters, r.s.ID()) {
+			t.Fatalf("refused session %d queued: %+v", r.s.ID(), info)
+		}
+	}
+	wcancel()
+	for range 2 {
+		if r := <-results; !errors.Is(r.err, context.Canceled) || errors.Is(r.err, quorumlock.ErrWithdrawPending) {
+			t.Fatalf("cancelled waiter: %v", r.err)
+		}
+	}
+	if info := holder(t, ops[0].o, "k0-0"); len(info.Waiters) != 0 {
+		t.Fatalf("waiters left after cancelling: %+v", info)
+	}
+	// Names at the bound.
+	exact := strings.Repeat("a", maxName-3) + "€" // 3-byte rune at the end
+	over := strings.Repeat("a", maxName-2) + "€"
+	for k, op := range ops {
+		s := sessions[10+k]
+		l, err := s.TryAcquire(ctx, exact)
+		if err != nil {
+			t.Fatalf("%s: a name of exactly MaxNameBytes: %v", op.name, err)
+		}
+		if info := holder(t, op.o, exact); info.Holder != s.ID() || info.Token != l.Token() {
+			t.Fatalf("%s: Holder of the exact name: %+v", op.name, info)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ld, err := s.Elect(ctx, exact, nil)
+		if err != nil {
+			t.Fatalf("%s: a role of exactly MaxNameBytes: %v", op.name, err)
+		}
+		if li, err := op.o.Leader(ctx, exact); err != nil || li.Epoch != ld.Epoch() {
+			t.Fatalf("%s: Leader of the exact role: %+v, %v", op.name, li, err)
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, over); !errors.Is(err, quorumlock.ErrInvalidName) {
+			t.Fatalf("%s: a name one byte over: %v", op.name, err)
+		}
+		if _, err := s.Elect(ctx, over, nil); !errors.Is(err, quorumlock.ErrInvalidName) {
+			t.Fatalf("%s: a role one byte over: %v", op.name, err)
+		}
+		if _, err := op.o.Holder(ctx, over); !errors.Is(err, quorumlock.ErrInvalidName) {
+			t.Fatalf("%s: Holder of a name one byte over: %v", op.name, err)
+		}
+		if s.Err() != nil {
+			t.Fatalf("%s: session ended by bad names: %v", op.name, s.Err())
+		}
+	}
 }
