@@ -1169,3 +1169,93 @@ func TestReviewJLimitsUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// Calls with a ctx that has already ended: Acquire and TryAcquire return
+// ctx's error and leave nothing held or queued; Release returns
+// ErrUnknownOutcome and keeps the Lock listed until a Release with a live
+// ctx settles it; Session.Close returns ErrUnknownOutcome, ends the
+// session at once and frees its locks in the background well before its
+// TTL; Observe's channel closes at once.
+func TestReviewJEndedContext(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			gone, cancel := context.WithCancel(ctx)
+			cancel()
+			s := specSession(ctx, t, op.o, quorumlock.WithTTL(time.Minute))
+			other := specSession(ctx, t, op.o)
+			if _, err := other.Acquire(ctx, "j1"); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"j0", "j1"} {
+				if _, err := s.Acquire(gone, name); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Acquire(%q) with an ended ctx: %v", name, err)
+				}
+				if _, err := s.TryAcquire(gone, name); !errors.Is(err, context.Canceled) {
+					t.Fatalf("TryAcquire(%q) with an ended ctx: %v", name, err)
+				}
+				if info := holder(t, op.o, name); info.Holder == s.ID() || slices.Contains(info.Waiters, s.ID()) {
+					t.Fatalf("%q after calls with an ended ctx: %+v", name, info)
+				}
+			}
+			if len(s.Locks()) != 0 {
+				t.Fatalf("Locks after calls with an ended ctx: %v", s.Locks())
+			}
+			l, err := s.Acquire(ctx, "j0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(gone); !errors.Is(err, quorumlock.ErrUnknownOutcome) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("Release with an ended ctx: %v", err)
+			}
+			if err := l.Release(ctx); err != nil && !errors.Is(err, quorumlock.ErrNotHeld) {
+				t.Fatalf("Release settling an unknown outcome: %v", err)
+			}
+			if info := holder(t, op.o, "j0"); info.Holder != 0 || !closed(l.Lost()) || len(s.Locks()) != 0 {
+				t.Fatalf("after settling the release: %+v, Lost closed %v, Locks %v", info, closed(l.Lost()), s.Locks())
+			}
+			if ch := op.o.Observe(gone, "r"); !reviewJClosesSoon(ch) {
+				t.Fatal("Observe with an ended ctx stayed open")
+			}
+			// Close with an ended ctx: the session (TTL 1 min) frees its
+			// lock in the background, not a minute later.
+			l, err = s.Acquire(ctx, "j0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(gone); !errors.Is(err, quorumlock.ErrUnknownOutcome) {
+				t.Fatalf("Close with an ended ctx: %v", err)
+			}
+			if !closed(s.Done()) || !closed(l.Lost()) {
+				t.Fatal("Close with an ended ctx left the session or its lock alive locally")
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for holder(t, op.o, "j0").Holder == s.ID() {
+				if time.Now().After(deadline) {
+					t.Fatal("a session closed with an ended ctx still holds its lock 10 s later")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := s.Close(ctx); err != nil && !errors.Is(err, quorumlock.ErrSessionExpired) {
+				t.Fatalf("second Close: %v", err)
+			}
+		})
+	}
+}
+
+// reviewJClosesSoon reports whether ch closes (after any events) within
+// 5 s.
+func reviewJClosesSoon(ch <-chan quorumlock.LeaderInfo) bool {
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
