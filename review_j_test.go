@@ -1088,6 +1088,7 @@ func TestReviewJLimitsUnderConcurrency(t *testing.T) {
 	}
 	// Waiters per lock: sessions 2..9 wait at once for a lock session 0
 	// holds, limit 2.
+	busy := sessions[0].Locks()[0].Name()
 	wctx, wcancel := context.WithCancel(ctx)
 	type res struct {
 		s   *quorumlock.Session
@@ -1096,7 +1097,7 @@ func TestReviewJLimitsUnderConcurrency(t *testing.T) {
 	results := make(chan res, 8)
 	for _, s := range sessions[2:10] {
 		go func() {
-			_, err := s.Acquire(wctx, "k0-0")
+			_, err := s.Acquire(wctx, busy)
 			results <- res{s, err}
 		}()
 	}
@@ -1112,9 +1113,9 @@ func TestReviewJLimitsUnderConcurrency(t *testing.T) {
 			t.Fatal("fewer than 6 waiters refused")
 		}
 	}
-	info := holder(t, ops[0].o, "k0-0")
+	info := holder(t, ops[0].o, busy)
 	if len(info.Waiters) != 2 || info.Holder != sessions[0].ID() {
-		t.Fatalf("k0-0 with 2 waiters allowed: %+v", info)
+		t.Fatalf("%q with 2 waiters allowed: %+v", busy, info)
 	}
 	for _, r := range refused {
 		if slices.Contains(info.Waiters, r.s.ID()) {
@@ -1127,7 +1128,7 @@ func TestReviewJLimitsUnderConcurrency(t *testing.T) {
 			t.Fatalf("cancelled waiter: %v", r.err)
 		}
 	}
-	if info := holder(t, ops[0].o, "k0-0"); len(info.Waiters) != 0 {
+	if info := holder(t, ops[0].o, busy); len(info.Waiters) != 0 {
 		t.Fatalf("waiters left after cancelling: %+v", info)
 	}
 	// Names at the bound.
@@ -1256,6 +1257,43 @@ func reviewJClosesSoon(ch <-chan quorumlock.LeaderInfo) bool {
 			}
 		case <-timeout:
 			return false
+		}
+	}
+}
+
+// WithTTL at its bounds: exactly MinSessionTTL and MaxSessionTTL open
+// sessions with that TTL (as the cluster lists it too), anything outside
+// (including 0 and negative) is ErrInvalidTTL and opens nothing.
+func TestReviewJWithTTLBounds(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	admin := specDial(t, nodes)
+	ctx := testCtx(t, 30*time.Second)
+	count := func() int {
+		list, _, err := admin.Sessions(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+	for _, op := range specOpeners(t, nodes) {
+		for _, ttl := range []time.Duration{quorumlock.MinSessionTTL, quorumlock.MaxSessionTTL} {
+			s := specSession(ctx, t, op.o, quorumlock.WithTTL(ttl))
+			if s.TTL() != ttl {
+				t.Fatalf("%s: WithTTL(%v): TTL %v", op.name, ttl, s.TTL())
+			}
+			list, _, err := admin.Sessions(ctx, s.ID()-1, 1)
+			if err != nil || len(list) != 1 || list[0].ID != s.ID() || list[0].TTL != ttl {
+				t.Fatalf("%s: WithTTL(%v): the cluster lists %+v, %v", op.name, ttl, list, err)
+			}
+		}
+		before := count()
+		for _, ttl := range []time.Duration{0, -time.Second, quorumlock.MinSessionTTL - time.Nanosecond, quorumlock.MaxSessionTTL + time.Nanosecond} {
+			if s, err := op.o.NewSession(ctx, quorumlock.WithTTL(ttl)); !errors.Is(err, quorumlock.ErrInvalidTTL) || s != nil {
+				t.Fatalf("%s: WithTTL(%v): %v, %v", op.name, ttl, s, err)
+			}
+		}
+		if after := count(); after != before {
+			t.Fatalf("%s: refused TTLs opened sessions: %d, then %d", op.name, before, after)
 		}
 	}
 }
