@@ -56,6 +56,10 @@ type Leadership struct {
 	owned bool // the session was opened for this leadership (Node.Elect, Client.Elect)
 
 	resigned atomic.Bool // Resign was called while the session was live
+	// resigning counts Resigns whose release is in flight (from before
+	// Done closes until the release is answered): Session.Elect answered
+	// with the grant they give up must not hand it out again.
+	resigning atomic.Int32
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,7 +76,9 @@ type Leadership struct {
 // its Done closed: Close may have elected the next candidate.
 //
 // Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
-// ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
+// ErrLimit (value over MaxValueBytes, or a table limit), ErrNotHeld (the
+// session led the role, and a concurrent Resign or Release gave that
+// grant up while Elect was answered with it), ErrSessionExpired,
 // ErrClosed, ctx's error (joined with ErrWithdrawPending when no leader
 // confirmed the withdrawal in time: it goes on in the background, as
 // Acquire's does).
@@ -95,8 +101,21 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 	// after the first resigned would outlive the leadership.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ld := s.leading[l.name]; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
-		return ld, nil
+	if l.gone || s.locks[l.name] != l {
+		// Released (or lost) since it was answered.
+		return nil, fmt.Errorf("%w: role %q: the grant (epoch %d) was given up meanwhile", ErrNotHeld, role, l.token)
+	}
+	if ld := s.leading[l.name]; ld != nil && ld.lock == l {
+		if ld.ctx.Err() == nil {
+			return ld, nil
+		}
+		if ld.resigning.Load() > 0 {
+			// A concurrent Resign is giving the grant up: its Done
+			// closed before the release was sent, and a new handle's
+			// would close only when the release is answered, after the
+			// next candidate may have been elected.
+			return nil, fmt.Errorf("%w: role %q: a concurrent Resign is giving up the grant (epoch %d)", ErrNotHeld, role, l.token)
+		}
 	}
 	ld := newLeadership(role, s, l, false)
 	if s.leading == nil {
@@ -280,6 +299,10 @@ func (l *Leadership) Resign(ctx context.Context) error {
 		// leadership's end, even once Node.Elect's session is closed.
 		l.resigned.Store(true)
 	}
+	// Counted before Done closes: Session.Elect tells a Resign in
+	// flight (ErrNotHeld) from one whose release went unconfirmed.
+	l.resigning.Add(1)
+	defer l.resigning.Add(-1)
 	l.cancel()
 	defer l.end()
 	if l.owned {

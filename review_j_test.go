@@ -1297,3 +1297,80 @@ func TestReviewJWithTTLBounds(t *testing.T) {
 		}
 	}
 }
+
+// Session.Elect racing Resign of the session's own leadership of the
+// role, while another session waits as candidate: Elect answered with the
+// grant being resigned used to hand it out again as a new Leadership,
+// whose Done closed only when the release was answered, after the waiting
+// candidate could be elected: two leaderships open in the client's view.
+// Now Elect returns ErrNotHeld for a grant a Resign in flight gives up
+// (or a new grant, or the leadership itself if it came first), and no
+// candidate is elected while a leadership of the role is open.
+func TestReviewJElectRacesResign(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			a := specSession(ctx, t, op.o)
+			b := specSession(ctx, t, op.o)
+			for round := range 40 {
+				ld, err := a.Elect(ctx, "jx", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				var open []*quorumlock.Leadership // a's leaderships of ld's grant
+				bdone := make(chan struct{})
+				go func() {
+					defer close(bdone)
+					lb, err := b.Elect(ctx, "jx", nil)
+					if err != nil {
+						t.Errorf("round %d: candidate: %v", round, err)
+						return
+					}
+					mu.Lock()
+					for _, l := range open {
+						if !closed(l.Done()) {
+							t.Errorf("round %d: session %d elected (epoch %d) while a leadership of epoch %d is open", round, b.ID(), lb.Epoch(), l.Epoch())
+						}
+					}
+					mu.Unlock()
+					lb.Resign(ctx)
+				}()
+				reviewJWaitCandidate(t, reviewJAdmin(t, nodes), "jx", b.ID())
+				rdone := make(chan error, 1)
+				go func() { rdone <- ld.Resign(ctx) }()
+				ld2, err := a.Elect(ctx, "jx", nil)
+				switch {
+				case err == nil && ld2.Epoch() == ld.Epoch():
+					mu.Lock()
+					open = append(open, ld2)
+					mu.Unlock()
+				case err == nil, errors.Is(err, quorumlock.ErrNotHeld):
+				default:
+					t.Fatalf("round %d: Elect racing Resign: %v", round, err)
+				}
+				if err := <-rdone; err != nil {
+					t.Fatalf("round %d: Resign: %v", round, err)
+				}
+				<-bdone
+				if err == nil {
+					ld2.Resign(ctx)
+				}
+			}
+		})
+	}
+}
+
+var reviewJAdminClients sync.Map // *testing.T -> *quorumlock.Client
+
+// reviewJAdmin returns a client of nodes for Client.Locks, one per test.
+func reviewJAdmin(t *testing.T, nodes []*quorumlock.Node) *quorumlock.Client {
+	if c, ok := reviewJAdminClients.Load(t); ok {
+		return c.(*quorumlock.Client)
+	}
+	c := specDial(t, nodes)
+	reviewJAdminClients.Store(t, c)
+	t.Cleanup(func() { reviewJAdminClients.Delete(t) })
+	return c
+}
