@@ -27,7 +27,8 @@ func reviewJAllowed(err error) bool {
 		errors.Is(err, quorumlock.ErrNotHeld) ||
 		errors.Is(err, quorumlock.ErrUnknownOutcome) ||
 		errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled)
+		errors.Is(err, context.Canceled) ||
+		errors.Is(err, quorumlock.ErrWithdrawPending)
 }
 
 // reviewJCheckTable checks, with nothing in flight, that the session's own
@@ -99,98 +100,126 @@ func reviewJTableProblems(t *testing.T, o opener, s *quorumlock.Session, got []*
 func TestReviewJSharedSessionStress(t *testing.T) {
 	nodes := specCluster(t, 3, nil)
 	for _, op := range specOpeners(t, nodes) {
-		t.Run(op.name, func(t *testing.T) {
-			ctx := testCtx(t, 30*time.Second)
-			s := specSession(ctx, t, op.o)
-			rival := specSession(ctx, t, op.o)
-			var mu sync.Mutex
-			var got, unknown []*quorumlock.Lock
-			var wg sync.WaitGroup
-			stop := time.Now().Add(2 * time.Second)
-			worker := func(w int, sess *quorumlock.Session, record bool) {
-				defer wg.Done()
-				r := rand.New(rand.NewPCG(uint64(w), 7))
-				for time.Now().Before(stop) {
-					name := reviewJNames[r.IntN(len(reviewJNames))]
-					cctx, cancel := context.WithTimeout(ctx, time.Duration(1+r.IntN(40))*time.Millisecond)
-					if r.IntN(8) == 0 {
-						cancel()
-					}
-					var l *quorumlock.Lock
-					var err error
-					if r.IntN(2) == 0 {
-						l, err = sess.Acquire(cctx, name)
-					} else {
-						l, err = sess.TryAcquire(cctx, name)
-					}
-					cancel()
-					if !reviewJAllowed(err) {
-						t.Errorf("worker %d: acquire %q: %v", w, name, err)
-						return
-					}
-					if err == nil {
-						if l == nil || l.Name() != name || l.Token() == 0 {
-							t.Errorf("worker %d: acquire %q returned %v", w, name, l)
-							return
-						}
-						if record {
-							mu.Lock()
-							got = append(got, l)
-							mu.Unlock()
-						}
-						if r.IntN(3) > 0 {
-							rctx, rcancel := context.WithTimeout(ctx, time.Duration(1+r.IntN(40))*time.Millisecond)
-							err := l.Release(rctx)
-							rcancel()
-							if !reviewJAllowed(err) {
-								t.Errorf("worker %d: release %q: %v", w, name, err)
-								return
-							}
-							if errors.Is(err, quorumlock.ErrUnknownOutcome) && record {
-								mu.Lock()
-								unknown = append(unknown, l)
-								mu.Unlock()
-							}
-							if err == nil && !closed(l.Lost()) {
-								t.Errorf("worker %d: released %q, Lost open", w, name)
-							}
-						}
-					}
-				}
+		t.Run(op.name, func(t *testing.T) { reviewJStress(t, op.o, nil) })
+	}
+}
+
+// The same across a leader change: the leader replica closes (handing
+// leadership over) in the middle of the run. Calls may then also return
+// ErrWithdrawPending; the session survives, and once the background work
+// is done its view and the table agree.
+func TestReviewJSharedSessionStressAcrossLeaderChange(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprint("remote=", remote), func(t *testing.T) {
+			nodes := specCluster(t, 3, nil)
+			lead := specLeader(t, nodes)
+			var o opener = nodes[(lead+1)%3]
+			if remote {
+				o = specDial(t, nodes)
 			}
-			for w := range 8 {
-				wg.Add(1)
-				go worker(w, s, true)
-			}
-			for w := 8; w < 10; w++ {
-				wg.Add(1)
-				go worker(w, rival, false)
-			}
-			wg.Wait()
-			if err := s.Err(); err != nil {
-				t.Fatalf("session ended: %v", err)
-			}
-			if err := rival.Err(); err != nil {
-				t.Fatalf("rival session ended: %v", err)
-			}
-			// A release whose outcome is unknown is settled by calling
-			// it again (Lock.Release).
-			for _, l := range unknown {
-				if err := l.Release(ctx); err != nil && !errors.Is(err, quorumlock.ErrNotHeld) {
-					t.Errorf("settling release %q: %v", l.Name(), err)
-				}
-			}
-			reviewJCheckTable(t, op.o, s, got)
-			// Release what is left; then nothing is held by s.
-			for _, l := range s.Locks() {
-				if err := l.Release(ctx); err != nil {
-					t.Errorf("final release %q: %v", l.Name(), err)
-				}
-			}
-			reviewJCheckTable(t, op.o, s, got)
-			t.Logf("%d grants", len(got))
+			reviewJStress(t, o, func() { nodes[lead].Close() })
 		})
 	}
+}
+
+// reviewJStress runs the shared-session stress through o, calling
+// midway (if not nil) a second into the run.
+func reviewJStress(t *testing.T, o opener, midway func()) {
+	ctx := testCtx(t, 30*time.Second)
+	s := specSession(ctx, t, o)
+	rival := specSession(ctx, t, o)
+	if midway != nil {
+		time.AfterFunc(time.Second, midway)
+	}
+	var mu sync.Mutex
+	var got, unknown []*quorumlock.Lock
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2 * time.Second)
+	if midway != nil {
+		stop = stop.Add(time.Second)
+	}
+	worker := func(w int, sess *quorumlock.Session, record bool) {
+		defer wg.Done()
+		r := rand.New(rand.NewPCG(uint64(w), 7))
+		for time.Now().Before(stop) {
+			name := reviewJNames[r.IntN(len(reviewJNames))]
+			cctx, cancel := context.WithTimeout(ctx, time.Duration(1+r.IntN(40))*time.Millisecond)
+			if r.IntN(8) == 0 {
+				cancel()
+			}
+			var l *quorumlock.Lock
+			var err error
+			if r.IntN(2) == 0 {
+				l, err = sess.Acquire(cctx, name)
+			} else {
+				l, err = sess.TryAcquire(cctx, name)
+			}
+			cancel()
+			if !reviewJAllowed(err) {
+				t.Errorf("worker %d: acquire %q: %v", w, name, err)
+				return
+			}
+			if err == nil {
+				if l == nil || l.Name() != name || l.Token() == 0 {
+					t.Errorf("worker %d: acquire %q returned %v", w, name, l)
+					return
+				}
+				if record {
+					mu.Lock()
+					got = append(got, l)
+					mu.Unlock()
+				}
+				if r.IntN(3) > 0 {
+					rctx, rcancel := context.WithTimeout(ctx, time.Duration(1+r.IntN(40))*time.Millisecond)
+					err := l.Release(rctx)
+					rcancel()
+					if !reviewJAllowed(err) {
+						t.Errorf("worker %d: release %q: %v", w, name, err)
+						return
+					}
+					if errors.Is(err, quorumlock.ErrUnknownOutcome) && record {
+						mu.Lock()
+						unknown = append(unknown, l)
+						mu.Unlock()
+					}
+					if err == nil && !closed(l.Lost()) {
+						t.Errorf("worker %d: released %q, Lost open", w, name)
+					}
+				}
+			}
+		}
+	}
+	for w := range 8 {
+		wg.Add(1)
+		go worker(w, s, true)
+	}
+	for w := 8; w < 10; w++ {
+		wg.Add(1)
+		go worker(w, rival, false)
+	}
+	wg.Wait()
+	if err := s.Err(); err != nil {
+		t.Fatalf("session ended: %v", err)
+	}
+	if err := rival.Err(); err != nil {
+		t.Fatalf("rival session ended: %v", err)
+	}
+	// A release whose outcome is unknown is settled by calling
+	// it again (Lock.Release).
+	for _, l := range unknown {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, quorumlock.ErrNotHeld) {
+			t.Errorf("settling release %q: %v", l.Name(), err)
+		}
+	}
+	reviewJCheckTable(t, o, s, got)
+	// Release what is left; then nothing is held by s.
+	for _, l := range s.Locks() {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("final release %q: %v", l.Name(), err)
+		}
+	}
+	reviewJCheckTable(t, o, s, got)
+	t.Logf("%d grants", len(got))
 }
 
 // A client's calls with contexts too short for a round trip (each one
