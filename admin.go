@@ -26,6 +26,7 @@ type ReplicaStatus struct {
 // term, commit and applied indexes), each within ctx, and returns one
 // entry per address given to Dial, in that order.
 func (c *Client) Status(ctx context.Context) []ReplicaStatus {
+	ctx = orBackground(ctx)
 	out := make([]ReplicaStatus, len(c.addrs))
 	if c.isClosed() {
 		for i, addr := range c.addrs {
@@ -77,6 +78,7 @@ type LockEntry struct {
 // that is not valid UTF-8 (no key is) fails with ErrInvalidName. Other
 // errors: ErrClosed, ctx's error.
 func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntry, bool, error) {
+	ctx = orBackground(ctx)
 	if !utf8.ValidString(after) {
 		// It cannot be marshaled into the request: every attempt would
 		// fail the same way until ctx ends.
@@ -118,6 +120,7 @@ type SessionEntry struct {
 // and reports whether more follow: pass the last entry's ID as after to
 // continue. Errors: ErrClosed, ctx's error.
 func (c *Client) Sessions(ctx context.Context, after uint64, limit int) ([]SessionEntry, bool, error) {
+	ctx = orBackground(ctx)
 	var out []SessionEntry
 	var more bool
 	err := c.read(ctx, func(actx context.Context, cli lockpb.LockClient) error {
@@ -171,6 +174,7 @@ func (c *Client) read(ctx context.Context, f func(context.Context, lockpb.LockCl
 // ErrSessionExpired: the session is gone either way, but nil then does not
 // prove that this call revoked it.
 func (c *Client) RevokeSession(ctx context.Context, id uint64) error {
+	ctx = orBackground(ctx)
 	if c.isClosed() {
 		return ErrClosed
 	}

@@ -50,6 +50,11 @@ type Client struct {
 	// another address: a request stuck at the old one moves on. gRPC's
 	// keepalive cannot notice a paused replica sooner than in 10-20 s.
 	leaderMoved chan struct{}
+	// moveFrom is the leader leaderMoved was last closed for (the last
+	// known leader, also after rotate forgot it): learning the same
+	// address again (a redirect back to a leader a call's timeout made
+	// the client forget) is no move, and the calls waiting there stay.
+	moveFrom string
 
 	hb        *heartbeater
 	closed    chan struct{}
@@ -108,6 +113,7 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 // port (gRPC would quietly dial port 443) or bad options, ctx's error if
 // ctx ends first, or the error of the last replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
+	ctx = orBackground(ctx)
 	o := clientOptions{clk: clock.Real(), ttl: 10 * time.Second, maxName: MaxNameBytesLimit, settle: time.Second}
 	for _, opt := range opts {
 		if opt != nil {
@@ -213,6 +219,7 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 // NewSession opens a session on the cluster. Options and errors as for
 // Node.NewSession.
 func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	ctx = orBackground(ctx)
 	o, err := newSessionOptions(c.opts.ttl, opts)
 	if err != nil {
 		return nil, err
@@ -232,6 +239,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 // Holder is Node.Holder through the client: a linearizable read served by
 // a replica (the leader when known).
 func (c *Client) Holder(ctx context.Context, name string) (LockInfo, error) {
+	ctx = orBackground(ctx)
 	if err := checkName(name, c.opts.maxName); err != nil {
 		return LockInfo{}, err
 	}
@@ -244,6 +252,7 @@ func (c *Client) Holder(ctx context.Context, name string) (LockInfo, error) {
 
 // Leader is Node.Leader through the client.
 func (c *Client) Leader(ctx context.Context, role string) (LeaderInfo, error) {
+	ctx = orBackground(ctx)
 	if err := checkName(role, c.opts.maxName); err != nil {
 		return LeaderInfo{}, err
 	}
@@ -327,6 +336,7 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 // invalid role (also one the replicas refuse: longer than
 // their MaxNameBytes).
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
+	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
 	if checkName(role, c.opts.maxName) != nil || c.isClosed() {
 		close(out)
@@ -456,9 +466,16 @@ func (c *Client) rotate(addr string) {
 func (c *Client) setLeader(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if addr != c.leader && addr != "" {
+	if addr != "" && addr != c.moveFrom {
+		// Only a move to another address ends the attempts in flight:
+		// closing it when a leader that rotate had forgotten was learned
+		// again aborted every call waiting at that (healthy) leader, and
+		// each aborted call forgot it again, so that calls with short
+		// contexts kept a client's other calls bouncing off a healthy
+		// leader (TestReviewJShortCallsDoNotUnsettleTheLeader).
 		close(c.leaderMoved)
 		c.leaderMoved = make(chan struct{})
+		c.moveFrom = addr
 	}
 	c.leader = addr
 }

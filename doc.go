@@ -14,6 +14,12 @@
 //	err = resource.Write(data, l.Token()) // the resource calls fence.Admit("orders/42", token)
 //	err = l.Release(ctx)
 //
+// Every call that takes a ctx treats a nil ctx as context.Background().
+// The nil *Lock, *Session or *Leadership a failed call returns, and their
+// zero values, answer every method without panicking: Release, Resign and
+// Proclaim return ErrNotHeld, a Session's calls ErrSessionExpired, and
+// Done and Lost are closed (nothing is held through them).
+//
 // The README lists the guarantees for users; docs/architecture.md maps each
 // to its tests and lists where the code departs from the design (DESIGN.md,
 // kept outside this repository, whose invariants the docstrings cite by

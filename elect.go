@@ -56,6 +56,10 @@ type Leadership struct {
 	owned bool // the session was opened for this leadership (Node.Elect, Client.Elect)
 
 	resigned atomic.Bool // Resign was called while the session was live
+	// resigning counts Resigns whose release is in flight (from before
+	// Done closes until the release is answered): Session.Elect answered
+	// with the grant they give up must not hand it out again.
+	resigning atomic.Int32
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,11 +76,17 @@ type Leadership struct {
 // its Done closed: Close may have elected the next candidate.
 //
 // Errors: ErrInvalidName (role: 1..MaxNameBytes bytes of UTF-8 without NUL),
-// ErrLimit (value over MaxValueBytes, or a table limit), ErrSessionExpired,
+// ErrLimit (value over MaxValueBytes, or a table limit), ErrNotHeld (the
+// session led the role, and a concurrent Resign or Release gave that
+// grant up while Elect was answered with it), ErrSessionExpired,
 // ErrClosed, ctx's error (joined with ErrWithdrawPending when no leader
 // confirmed the withdrawal in time: it goes on in the background, as
 // Acquire's does).
 func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
+	if s.nilSession() {
+		return nil, errNoSession
+	}
+	ctx = orBackground(ctx)
 	if err := checkName(role, s.names); err != nil {
 		return nil, err
 	}
@@ -91,8 +101,21 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 	// after the first resigned would outlive the leadership.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ld := s.leading[l.name]; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
-		return ld, nil
+	if l.gone || s.locks[l.name] != l {
+		// Released (or lost) since it was answered.
+		return nil, fmt.Errorf("%w: role %q: the grant (epoch %d) was given up meanwhile", ErrNotHeld, role, l.token)
+	}
+	if ld := s.leading[l.name]; ld != nil && ld.lock == l {
+		if ld.ctx.Err() == nil {
+			return ld, nil
+		}
+		if ld.resigning.Load() > 0 {
+			// A concurrent Resign is giving the grant up: its Done
+			// closed before the release was sent, and a new handle's
+			// would close only when the release is answered, after the
+			// next candidate may have been elected.
+			return nil, fmt.Errorf("%w: role %q: a concurrent Resign is giving up the grant (epoch %d)", ErrNotHeld, role, l.token)
+		}
 	}
 	ld := newLeadership(role, s, l, false)
 	if s.leading == nil {
@@ -126,7 +149,7 @@ func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
 // goes on in the background, so the candidacy leaves the queue as soon as
 // a leader hears it.
 func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
-	return electOwned(ctx, role, value, n.cfg.MaxNameBytes, n.cfg.electionTimeout(), n.NewSession)
+	return electOwned(orBackground(ctx), role, value, n.cfg.MaxNameBytes, n.cfg.electionTimeout(), n.NewSession)
 }
 
 // Elect is Node.Elect through the client: it opens a session on the cluster
@@ -136,7 +159,7 @@ func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadershi
 // session is closed as Node.Elect's is (in the background if no leader
 // answers that close within the WithElectionTimeout).
 func (c *Client) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
-	return electOwned(ctx, role, value, c.opts.maxName, c.opts.settle, c.NewSession)
+	return electOwned(orBackground(ctx), role, value, c.opts.maxName, c.opts.settle, c.NewSession)
 }
 
 // electOwned campaigns for role with a session opened for it; settle bounds
@@ -197,15 +220,30 @@ func (l *Leadership) end() {
 }
 
 // Role returns the role led.
-func (l *Leadership) Role() string { return l.role }
+func (l *Leadership) Role() string {
+	if l == nil {
+		return ""
+	}
+	return l.role
+}
 
 // Epoch returns the leadership's epoch: the fencing token of the role's
 // grant. It strictly increases with every new leader of the role; hand it
 // to downstream systems so they can reject an old leader (Fence).
-func (l *Leadership) Epoch() Token { return l.lock.Token() }
+func (l *Leadership) Epoch() Token {
+	if l == nil {
+		return 0
+	}
+	return l.lock.Token()
+}
 
 // Session returns the session that leads.
-func (l *Leadership) Session() *Session { return l.s }
+func (l *Leadership) Session() *Session {
+	if l == nil {
+		return nil
+	}
+	return l.s
+}
 
 // Done is closed when the leadership is over: resigned, or lost with its
 // session (closed, expired, lease run out, replica stopped, revoked). It
@@ -216,11 +254,28 @@ func (l *Leadership) Session() *Session { return l.s }
 // of it (at its next heartbeat, at most a third of the TTL later). The
 // epoch fences that gap: a resource that checks it refuses the old
 // leader's writes.
-func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Leadership) Done() <-chan struct{} {
+	if l.nilLeadership() {
+		return closedChan
+	}
+	return l.ctx.Done()
+}
 
 // Context returns a context cancelled when Done closes: run the leader's
 // work under it.
-func (l *Leadership) Context() context.Context { return l.ctx }
+func (l *Leadership) Context() context.Context {
+	if l.nilLeadership() {
+		return endedCtx
+	}
+	return l.ctx
+}
+
+// endedCtx is the Context of a nil or zero Leadership.
+var endedCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // Resign gives up the leadership: the next candidate is elected with a
 // larger epoch. With Node.Elect or Client.Elect, the dedicated session is
@@ -233,6 +288,10 @@ func (l *Leadership) Context() context.Context { return l.ctx }
 // dedicated session: a second Resign returns nil, and one after the
 // session ended returns its end cause.
 func (l *Leadership) Resign(ctx context.Context) error {
+	if l.nilLeadership() {
+		return errNoGrant
+	}
+	ctx = orBackground(ctx)
 	// Done closes before the release can elect the next candidate: the
 	// leader's work (under Context) must have been told to stop first.
 	if l.s.Err() == nil {
@@ -240,6 +299,10 @@ func (l *Leadership) Resign(ctx context.Context) error {
 		// leadership's end, even once Node.Elect's session is closed.
 		l.resigned.Store(true)
 	}
+	// Counted before Done closes: Session.Elect tells a Resign in
+	// flight (ErrNotHeld) from one whose release went unconfirmed.
+	l.resigning.Add(1)
+	defer l.resigning.Add(-1)
 	l.cancel()
 	defer l.end()
 	if l.owned {
@@ -261,6 +324,10 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // because the session has too many requests pending (calling Proclaim
 // again settles it).
 func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
+	if l.nilLeadership() {
+		return errNoGrant
+	}
+	ctx = orBackground(ctx)
 	s := l.s
 	if err := checkValue(value); err != nil {
 		return err
@@ -312,6 +379,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 // Leader returns the current leader of role as of a linearizable read.
 // Errors: ErrNoLeader, ErrInvalidName, ErrClosed, ctx's error.
 func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
+	ctx = orBackground(ctx)
 	if err := checkName(role, n.cfg.MaxNameBytes); err != nil {
 		return LeaderInfo{}, err
 	}
@@ -341,6 +409,7 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 // when ctx ends or the Node closes, and at once for an invalid role or a
 // closed Node.
 func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
+	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
 	if checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
 		close(out)

@@ -21,15 +21,30 @@ type Lock struct {
 }
 
 // Name returns the lock's name.
-func (l *Lock) Name() string { return l.name }
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // Token returns the grant's fencing token: the raft index of the log entry
 // whose application granted it. Pass it to the protected resource, which
 // checks it with a Fence.
-func (l *Lock) Token() Token { return l.token }
+func (l *Lock) Token() Token {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Session returns the session that holds the lock.
-func (l *Lock) Session() *Session { return l.s }
+func (l *Lock) Session() *Session {
+	if l == nil {
+		return nil
+	}
+	return l.s
+}
 
 // Lost is closed when the holder can no longer vouch that it holds the lock:
 // the lock was released, the session ended (closed, expired on the cluster,
@@ -38,6 +53,9 @@ func (l *Lock) Session() *Session { return l.s }
 // the fencing token protects against the window in which this notice is
 // late (a paused process).
 func (l *Lock) Lost() <-chan struct{} {
+	if l.nilLock() {
+		return closedChan
+	}
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if l.lost == nil {
@@ -78,8 +96,13 @@ func (l *Lock) markLostLocked() {
 // ErrSessionExpired,
 // ErrClosed, ErrUnknownOutcome wrapping ctx's error when ctx ended before
 // the answer (the release may or may not have happened; calling Release
-// again settles it).
+// again settles it). On a nil or zero Lock (the nil of a failed Acquire)
+// it returns ErrNotHeld, and Lost a closed channel.
 func (l *Lock) Release(ctx context.Context) error {
+	if l.nilLock() {
+		return errNoGrant
+	}
+	ctx = orBackground(ctx)
 	s := l.s
 	if err := s.Err(); err != nil {
 		return err

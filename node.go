@@ -85,6 +85,7 @@ type LockInfo struct {
 // ctx has ended when Start is called. ctx also bounds the listen; opening
 // the log (replaying it) does not watch ctx.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
+	ctx = orBackground(ctx)
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		if cfg.Listener != nil {
@@ -416,6 +417,7 @@ func (n *Node) Status() Status {
 // ctx's error; it never answers from stale state. Errors: ErrInvalidName,
 // ErrClosed, ctx's error.
 func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
+	ctx = orBackground(ctx)
 	if err := checkName(name, n.cfg.MaxNameBytes); err != nil {
 		return LockInfo{}, err
 	}

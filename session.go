@@ -76,6 +76,7 @@ type Session struct {
 // Options: WithTTL (default Config.SessionTTL). Errors: ErrInvalidTTL,
 // ErrLimit (too many sessions), ErrClosed, ctx's error.
 func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	ctx = orBackground(ctx)
 	o, err := newSessionOptions(n.cfg.SessionTTL, opts)
 	if err != nil {
 		return nil, err
@@ -137,21 +138,39 @@ func openSession(ctx context.Context, be backend, hb *heartbeater, clk clock.Clo
 
 // ID returns the session's ID: the raft index of the entry that opened it,
 // unique in the cluster's lifetime.
-func (s *Session) ID() uint64 { return s.id }
+func (s *Session) ID() uint64 {
+	if s.nilSession() {
+		return 0
+	}
+	return s.id
+}
 
 // TTL returns the session's TTL.
-func (s *Session) TTL() time.Duration { return s.ttl }
+func (s *Session) TTL() time.Duration {
+	if s.nilSession() {
+		return 0
+	}
+	return s.ttl
+}
 
 // Done is closed when the session is over: closed, expired (or revoked) on
 // the cluster, its lease ran out on the client, abandoned (an interrupted
 // Acquire whose withdrawal the cluster refused, or kept refusing while it
 // went on in the background, as it did the release of a grant that won the
 // race), or the Node or Client it was opened through closed.
-func (s *Session) Done() <-chan struct{} { return s.done }
+func (s *Session) Done() <-chan struct{} {
+	if s.nilSession() {
+		return closedChan
+	}
+	return s.done
+}
 
 // Err returns why the session ended (wrapping ErrSessionExpired or
 // ErrClosed), or nil while it is alive.
 func (s *Session) Err() error {
+	if s.nilSession() {
+		return errNoSession
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.endErr
@@ -160,6 +179,9 @@ func (s *Session) Err() error {
 // Deadline returns the end of the client's current belief that the session
 // is alive: send time of the last acknowledged heartbeat + TTL - margin.
 func (s *Session) Deadline() time.Time {
+	if s.nilSession() {
+		return time.Time{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.deadline
@@ -440,6 +462,10 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
 // ctx's error (joined with ErrWithdrawPending, see above).
 func (s *Session) Acquire(ctx context.Context, name string) (*Lock, error) {
+	if s.nilSession() {
+		return nil, errNoSession
+	}
+	ctx = orBackground(ctx)
 	if err := checkName(name, s.names); err != nil {
 		return nil, err
 	}
@@ -450,6 +476,10 @@ func (s *Session) Acquire(ctx context.Context, name string) (*Lock, error) {
 // session) and returns ErrLocked otherwise; it never queues. Other errors
 // as for Acquire.
 func (s *Session) TryAcquire(ctx context.Context, name string) (*Lock, error) {
+	if s.nilSession() {
+		return nil, errNoSession
+	}
+	ctx = orBackground(ctx)
 	if err := checkName(name, s.names); err != nil {
 		return nil, err
 	}
@@ -931,6 +961,9 @@ func (s *Session) dropLock(l *Lock) {
 // session leads (Elect) is not among them: its lock lives in a namespace of
 // its own and is given up through Leadership.Resign, which ends Done first.
 func (s *Session) Locks() []*Lock {
+	if s.nilSession() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Lock, 0, len(s.locks))
@@ -953,6 +986,10 @@ func (s *Session) Locks() []*Lock {
 // closes), so its locks are freed when a leader hears it, at the latest
 // when its TTL runs out on the leader.
 func (s *Session) Close(ctx context.Context) error {
+	if s.nilSession() {
+		return errNoSession
+	}
+	ctx = orBackground(ctx)
 	if err := s.Err(); err != nil {
 		if errors.Is(err, errSessionClosed) {
 			return nil
