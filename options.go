@@ -18,7 +18,9 @@ type sessionOptions struct {
 // Config.SessionTTL (with a Client, Dial's WithSessionTTL). Unlike
 // Config.SessionTTL, it is not checked against the cluster's election
 // timeout: a TTL of twice the election timeout or less can expire the
-// session during a leader election.
+// session during a leader election. The cluster keeps TTLs in whole
+// milliseconds, so d is truncated to a millisecond (Session.TTL reports
+// the truncated value, the one the cluster lists and expires by).
 func WithTTL(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = d }
 }
@@ -36,5 +38,8 @@ func newSessionOptions(ttl time.Duration, opts []SessionOption) (sessionOptions,
 	if o.ttl < MinSessionTTL || o.ttl > MaxSessionTTL {
 		return o, fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, o.ttl, MinSessionTTL, MaxSessionTTL)
 	}
+	// The cluster keeps TTLs in milliseconds (the open-session command's
+	// TtlMs); the client's lease must count the same TTL.
+	o.ttl = o.ttl.Truncate(time.Millisecond)
 	return o, nil
 }

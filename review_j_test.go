@@ -1315,6 +1315,13 @@ func TestReviewJWithTTLBounds(t *testing.T) {
 				t.Fatalf("%s: WithTTL(%v): the cluster lists %+v, %v", op.name, ttl, list, err)
 			}
 		}
+		// The cluster keeps TTLs in whole milliseconds: the session's
+		// own TTL (its lease) is the same truncated value.
+		odd := 2*time.Second + 500*time.Microsecond
+		s := specSession(ctx, t, op.o, quorumlock.WithTTL(odd))
+		if list, _, err := admin.Sessions(ctx, s.ID()-1, 1); err != nil || len(list) != 1 || list[0].TTL != 2*time.Second || s.TTL() != list[0].TTL {
+			t.Fatalf("%s: WithTTL(%v): TTL %v, the cluster lists %+v, %v; want both 2s", op.name, odd, s.TTL(), list, err)
+		}
 		before := count()
 		for _, ttl := range []time.Duration{0, -time.Second, quorumlock.MinSessionTTL - time.Nanosecond, quorumlock.MaxSessionTTL + time.Nanosecond} {
 			if s, err := op.o.NewSession(ctx, quorumlock.WithTTL(ttl)); !errors.Is(err, quorumlock.ErrInvalidTTL) || s != nil {
