@@ -66,3 +66,58 @@ func TestReviewHHolderWaitsForReadIndexApplied(t *testing.T) {
 		t.Fatalf("WaitApplied calls %v, want one for an index >= %d", lag.waited, want)
 	}
 }
+
+// TestReviewHWaiterOfEndedSessionIsNotGranted: an Acquire waiting in a
+// queue whose session ends (here by expiry) is answered NO_SESSION, never
+// as a grant, and the lock goes to the next live waiter (DESIGN.md
+// invariant 8). Mutation it catches (review H): Service.Apply answering
+// the grant waiters of an ended session CODE_OK.
+func TestReviewHWaiterOfEndedSessionIsNotGranted(t *testing.T) {
+	h := newHarness(t)
+	a := h.open(time.Minute)
+	b := h.open(time.Second)
+	c := h.open(time.Minute)
+	held := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"})
+	if held.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("holder's acquire: %v", held)
+	}
+	gotB := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
+	gotC := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: c, Seq: 1, Name: "x"})
+	deadline := time.Now().Add(5 * time.Second)
+	queued := func() int {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		return len(h.svc.m.Holder("x").Waiters)
+	}
+	for queued() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquires never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// b's TTL passes without a heartbeat; a's and c's do not.
+	h.clk.Advance(1100 * time.Millisecond)
+	h.svc.expireDue()
+	if h.live(b) {
+		t.Fatal("session b not expired")
+	}
+	select {
+	case r := <-gotB:
+		if r.GetCode() != lockpb.Code_CODE_NO_SESSION {
+			t.Fatalf("waiter of the expired session answered %v (token %d), want CODE_NO_SESSION", r.GetCode(), r.GetToken())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter of the expired session never answered")
+	}
+	if r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 2, Name: "x", Token: held.GetToken()}); r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("holder's release: %v", r)
+	}
+	select {
+	case r := <-gotC:
+		if r.GetCode() != lockpb.Code_CODE_OK || r.GetToken() <= held.GetToken() {
+			t.Fatalf("live waiter after the release: %v, want OK with a token above %d", r, held.GetToken())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("live waiter never granted")
+	}
+}
