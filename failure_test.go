@@ -159,7 +159,17 @@ func TestCallsReturnWithinContextWithoutQuorum(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		start := time.Now()
-		err := call(ctx)
+		// The call runs apart so that one ignoring its ctx fails the test
+		// instead of hanging it.
+		errc := make(chan error, 1)
+		go func() { errc <- call(ctx) }()
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(budget + slack + 5*time.Second):
+			t.Errorf("%s still running %v after its %v context ended", what, time.Since(start), budget)
+			return
+		}
 		if took := time.Since(start); took > budget+slack {
 			t.Errorf("%s took %v with a %v context", what, took, budget)
 		}

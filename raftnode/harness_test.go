@@ -390,6 +390,13 @@ func (p peerTransport) Send(msgs []*raftpb.Message) {
 
 func newCluster(t *testing.T, size int) *cluster {
 	t.Helper()
+	return newClusterWith(t, size, nil)
+}
+
+// newClusterWith is newCluster with each member's Config passed through
+// mutate (when not nil) before the member is created.
+func newClusterWith(t *testing.T, size int, mutate func(*Config)) *cluster {
+	t.Helper()
 	c := &cluster{
 		t:      t,
 		clk:    &stepClock{Manual: clock.NewManual(time.Unix(1_000_000, 0))},
@@ -408,7 +415,7 @@ func newCluster(t *testing.T, size int) *cluster {
 		c.stores[id] = newMemStore()
 		c.sms[id] = &recSM{}
 		c.fatals[id] = &fatalLog{}
-		n, err := New(Config{
+		cfg := Config{
 			ID:             id,
 			Peers:          c.ids,
 			Storage:        c.stores[id],
@@ -424,7 +431,11 @@ func newCluster(t *testing.T, size int) *cluster {
 				c.onSave[id] = append(c.onSave[id], entries)
 				c.mu.Unlock()
 			},
-		})
+		}
+		if mutate != nil {
+			mutate(&cfg)
+		}
+		n, err := New(cfg)
 		if err != nil {
 			t.Fatalf("New(%d): %v", id, err)
 		}

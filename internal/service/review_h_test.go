@@ -1,0 +1,123 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// lagRaft is a fakeRaft whose replica lags the leader: ReadIndex answers
+// the index of every entry proposed, held ones included (the leader's
+// commit index), and WaitApplied applies the held entries, as a follower
+// catching up does. It records the indexes waited for.
+type lagRaft struct {
+	*fakeRaft
+	mu     sync.Mutex
+	waited []uint64
+}
+
+func (r *lagRaft) WaitApplied(ctx context.Context, index uint64) error {
+	r.mu.Lock()
+	r.waited = append(r.waited, index)
+	r.mu.Unlock()
+	r.commitPending()
+	return nil
+}
+
+// TestReviewHHolderWaitsForReadIndexApplied: a Holder read waits until this
+// replica has applied the confirmed read index before it reads the table
+// (DESIGN.md invariant 9). Mutation it catches (review H): linearize
+// confirming leadership with ReadIndex but answering from the table as it
+// is, without WaitApplied: a replica behind the leader's commit index
+// answers from stale state.
+func TestReviewHHolderWaitsForReadIndexApplied(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Minute)
+	lag := &lagRaft{fakeRaft: h.raf}
+	h.svc.Bind(lag)
+
+	// An acquire the leader committed that this replica has not applied.
+	h.raf.mu.Lock()
+	h.raf.hold = true
+	h.raf.mu.Unlock()
+	if err := h.raf.Propose(context.Background(), fsm.Encode(&fsm.Command{Op: fsm.OpAcquire, Session: id, Seq: 1, Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	h.raf.mu.Lock()
+	want := h.raf.index
+	h.raf.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.svc.Holder(ctx, &lockpb.HolderRequest{Name: "x"})
+	if err != nil {
+		t.Fatalf("Holder: %v", err)
+	}
+	if resp.GetSession() != id || resp.GetToken() != want {
+		t.Fatalf("Holder(x) = session %d token %d, want session %d token %d (the committed grant)", resp.GetSession(), resp.GetToken(), id, want)
+	}
+	lag.mu.Lock()
+	defer lag.mu.Unlock()
+	if len(lag.waited) != 1 || lag.waited[0] < want {
+		t.Fatalf("WaitApplied calls %v, want one for an index >= %d", lag.waited, want)
+	}
+}
+
+// TestReviewHWaiterOfEndedSessionIsNotGranted: an Acquire waiting in a
+// queue whose session ends (here by expiry) is answered NO_SESSION, never
+// as a grant, and the lock goes to the next live waiter (DESIGN.md
+// invariant 8). Mutation it catches (review H): Service.Apply answering
+// the grant waiters of an ended session CODE_OK.
+func TestReviewHWaiterOfEndedSessionIsNotGranted(t *testing.T) {
+	h := newHarness(t)
+	a := h.open(time.Minute)
+	b := h.open(time.Second)
+	c := h.open(time.Minute)
+	held := h.propose(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"})
+	if held.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("holder's acquire: %v", held)
+	}
+	gotB := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Name: "x"})
+	gotC := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: c, Seq: 1, Name: "x"})
+	deadline := time.Now().Add(5 * time.Second)
+	queued := func() int {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		return len(h.svc.m.Holder("x").Waiters)
+	}
+	for queued() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquires never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// b's TTL passes without a heartbeat; a's and c's do not.
+	h.clk.Advance(1100 * time.Millisecond)
+	h.svc.expireDue()
+	if h.live(b) {
+		t.Fatal("session b not expired")
+	}
+	select {
+	case r := <-gotB:
+		if r.GetCode() != lockpb.Code_CODE_NO_SESSION {
+			t.Fatalf("waiter of the expired session answered %v (token %d), want CODE_NO_SESSION", r.GetCode(), r.GetToken())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter of the expired session never answered")
+	}
+	if r := h.propose(&lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 2, Name: "x", Token: held.GetToken()}); r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("holder's release: %v", r)
+	}
+	select {
+	case r := <-gotC:
+		if r.GetCode() != lockpb.Code_CODE_OK || r.GetToken() <= held.GetToken() {
+			t.Fatalf("live waiter after the release: %v, want OK with a token above %d", r, held.GetToken())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("live waiter never granted")
+	}
+}
