@@ -219,9 +219,16 @@ func (n *nemesis) step(st Step) {
 		n.sys.Isolate(l)
 		n.measure(st.Kind, l, []uint64{l}, true)
 		n.h.Fault(st.Kind, "r%d isolated for %v", l, st.Hold)
-		time.Sleep(st.Hold)
 		if p, ok := n.sys.(Pauser); ok {
+			// The minority keeps the old leader until CheckQuorum steps it
+			// down (an election timeout); then it sees none.
+			early := min(n.sys.ElectionTimeout()/2, st.Hold)
+			time.Sleep(early)
+			n.h.Fault(st.Kind, "after %v: r%d sees leader r%d", early, l, p.View(l))
+			time.Sleep(st.Hold - early)
 			n.h.Fault(st.Kind, "before the heal: r%d sees leader r%d, the others r%d", l, p.View(l), n.sys.Leader())
+		} else {
+			time.Sleep(st.Hold)
 		}
 	case OneWayCut:
 		l := n.sys.Leader()
