@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
@@ -118,5 +119,23 @@ func TestPauseHolderPausesAHolder(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^[rc]\d+ \(hosts session \d+, holder of lock-\w under token \d+.*\) paused \(SIGSTOP\)`).MatchString(all) ||
 		!strings.Contains(all, "resumed (SIGCONT)") {
 		t.Fatalf("no holder paused and resumed:\n%s", all)
+	}
+}
+
+// TestReplicaErrorFailsTheTrial checks that an error the cluster reports
+// while the trial runs (testcluster's Errorf: a replica whose Close or
+// HardClose returned the error that stopped it) fails the trial; it used
+// to be only logged.
+func TestReplicaErrorFailsTheTrial(t *testing.T) {
+	res := Run(Options{Seed: 3104, Size: 3, Faults: []string{OneWayCut}, Steps: 1, Out: t.TempDir(),
+		System: func(dir string, _ *rand.Rand) (System, error) {
+			c, err := NewCluster(ClusterOptions{Size: 3, Clients: 2, Tick: 10 * time.Millisecond, ElectionTicks: 10, TTL: time.Second, Seed: 1, Dir: dir})
+			if err == nil {
+				c.t.Errorf("close replica 2: injected failure")
+			}
+			return c, err
+		}})
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "injected failure") || !res.Failed() {
+		t.Fatalf("the trial passed with a replica error: err %v, summary %s", res.Err, res.Summary())
 	}
 }

@@ -146,8 +146,12 @@ func Run(opts Options) *Result {
 		runErr = errors.Join(runErr, final)
 	}
 	if t, ok := sys.(*Cluster); ok {
+		// A replica that failed while it ran (Node.Close/HardClose return
+		// the error that stopped it) or could not close is a failed
+		// trial, not a line in a log.
 		for _, e := range t.t.errors() {
 			logf("cluster: %s", e)
+			runErr = errors.Join(runErr, fmt.Errorf("cluster: %s", e))
 		}
 	}
 
