@@ -188,6 +188,9 @@ func (c *Cluster) Resume(name string) {
 	c.clock(name).thaw()
 }
 
+// How implements Pauser.
+func (c *Cluster) How(string) string { return "SIGSTOP emulated in process" }
+
 // Gate implements Pauser.
 func (c *Cluster) Gate(name string) { c.clock(name).gate() }
 

@@ -417,16 +417,16 @@ func (n *nemesis) pause(p Pauser, st Step, via string, leader uint64, why string
 	if leader != 0 {
 		n.measure(st.Kind, leader, []uint64{leader}, true)
 	}
-	n.h.Fault(st.Kind, "%s (%s) paused (SIGSTOP) for %v", via, why, st.Hold)
+	n.h.Fault(st.Kind, "%s (%s) paused (%s) for %v", via, why, p.How(via), st.Hold)
 	time.Sleep(st.Hold)
 	view := ""
 	if leader != 0 {
-		view = fmt.Sprintf("; before it resumed r%d still saw leader r%d, the others r%d", leader, p.View(leader), n.sys.Leader())
+		view = fmt.Sprintf("; before it resumed r%d still saw leader r%d (r0: none, or no answer), the others r%d", leader, p.View(leader), n.sys.Leader())
 	}
 	p.Resume(via)
 	// Let the held clients run into the fence.
 	time.Sleep(50 * time.Millisecond)
-	n.h.Fault(st.Kind, "%s resumed (SIGCONT)%s; %d fenced writes held by the pause", via, view, p.Held(via)-held)
+	n.h.Fault(st.Kind, "%s resumed%s; %d fenced writes held by the pause", via, view, p.Held(via)-held)
 }
 
 // holderProcess returns the endpoint (process) hosting a session that

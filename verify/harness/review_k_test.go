@@ -2,10 +2,15 @@ package harness
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/proctest"
 )
 
 // Review K: the faults issue 6 lists that verify lacked (SIGSTOP/SIGCONT of
@@ -86,7 +91,7 @@ func faultDetails(t *testing.T, seed uint64, kind string) []string {
 func TestPauseLeaderLeavesAStaleLeader(t *testing.T) {
 	d := faultDetails(t, 3101, PauseLeader)
 	all := strings.Join(d, "\n")
-	m := regexp.MustCompile(`before it resumed r(\d+) still saw leader r(\d+), the others r(\d+)`).FindStringSubmatch(all)
+	m := regexp.MustCompile(`before it resumed r(\d+) still saw leader r(\d+) \(r0: none, or no answer\), the others r(\d+)`).FindStringSubmatch(all)
 	if m == nil {
 		t.Fatalf("no view of the paused leader recorded:\n%s", all)
 	}
@@ -116,8 +121,8 @@ func TestLeaderTransferMovesLeadership(t *testing.T) {
 func TestPauseHolderPausesAHolder(t *testing.T) {
 	d := faultDetails(t, 3103, PauseHolder)
 	all := strings.Join(d, "\n")
-	if !regexp.MustCompile(`(?m)^[rc]\d+ \(hosts session \d+, holder of lock-\w under token \d+.*\) paused \(SIGSTOP\)`).MatchString(all) ||
-		!strings.Contains(all, "resumed (SIGCONT)") {
+	if !regexp.MustCompile(`(?m)^[rc]\d+ \(hosts session \d+, holder of lock-\w under token \d+.*\) paused \(SIGSTOP emulated in process\)`).MatchString(all) ||
+		!strings.Contains(all, " resumed; ") {
 		t.Fatalf("no holder paused and resumed:\n%s", all)
 	}
 }
@@ -137,5 +142,57 @@ func TestReplicaErrorFailsTheTrial(t *testing.T) {
 		}})
 	if res.Err == nil || !strings.Contains(res.Err.Error(), "injected failure") || !res.Failed() {
 		t.Fatalf("the trial passed with a replica error: err %v, summary %s", res.Err, res.Summary())
+	}
+}
+
+// TestProcessModeRealSignals runs trials against separate lockd processes
+// (Options.Procs, go run ./verify -procs): a SIGSTOPped leader is replaced
+// by an election and the trial passes; a SIGKILLed minority is restarted
+// on its data; the artefacts hold the replicas' raft logs.
+func TestProcessModeRealSignals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds lockd")
+	}
+	bins, err := proctest.Build(t.TempDir(), LockdPackage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []string{PauseLeader, KillMinority} {
+		res := Run(Options{Seed: 3110 + uint64(i), Size: 3, Faults: []string{kind}, Steps: 1, Procs: bins[LockdPackage], Keep: true, Out: t.TempDir()})
+		report(t, res)
+		var all []string
+		for _, f := range res.History.Faults {
+			all = append(all, f.Kind+" "+f.Detail)
+		}
+		joined := strings.Join(all, "\n")
+		switch kind {
+		case PauseLeader:
+			if !regexp.MustCompile(`pause-leader r\d+ \(the leader\) paused \(SIGSTOP\)`).MatchString(joined) {
+				t.Errorf("no SIGSTOP of the leader:\n%s", joined)
+			}
+		case KillMinority:
+			if !regexp.MustCompile(`kill-minority stopped \[\d+\]`).MatchString(joined) || !strings.Contains(joined, "restart r") {
+				t.Errorf("no replica killed and restarted:\n%s", joined)
+			}
+		}
+		if res.Report != nil && len(res.Report.Recoveries)+len(res.Report.Unbounded) == 0 && kind == PauseLeader {
+			t.Errorf("no recovery measured after the leader's pause")
+		}
+		if b, err := os.ReadFile(filepath.Join(res.Dir, "raftlog.txt")); err != nil || !strings.Contains(string(b), "data-") {
+			t.Errorf("raftlog.txt has no lockd log: %v %.200s", err, b)
+		}
+	}
+}
+
+// TestProcessModeRefusesNetworkFaults checks that a multi-process trial
+// refuses the faults it cannot inject (there is no fault network between
+// lockd processes) instead of passing without them.
+func TestProcessModeRefusesNetworkFaults(t *testing.T) {
+	res := Run(Options{Seed: 1, Size: 3, Faults: []string{IsolateLeader}, Steps: 1, Procs: "/nonexistent/lockd"})
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "need the in-process cluster") {
+		t.Fatalf("err %v", res.Err)
+	}
+	if _, plan := draw(Options{Seed: 1, Procs: "x"}); !slices.ContainsFunc(plan, func(s Step) bool { return slices.Contains(ProcFaults, s.Kind) }) {
+		t.Fatalf("default plan of a multi-process trial %v", plan)
 	}
 }

@@ -103,8 +103,12 @@ type Pauser interface {
 	// counts the calls it held.
 	Gate(name string)
 	Held(name string) int64
-	// View returns the leader replica id believes in.
+	// View returns the leader replica id believes in (0: none, or it does
+	// not answer).
 	View(id uint64) uint64
+	// How names how the named process is paused ("SIGSTOP", "in
+	// process").
+	How(name string) string
 }
 
 // Transferrer is a System whose leader can hand leadership over without
