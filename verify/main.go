@@ -8,7 +8,9 @@
 //
 // Trial i uses seed S+i; a failing trial prints the folder holding its
 // seed, fault schedule, history (JSON) and porcupine visualization, and
-// `go run ./verify -trials 1 -seed X` replays its fault schedule.
+// `go run ./verify -trials 1 -seed X` replays its fault schedule. With
+// -procs the replicas are separate lockd processes (real SIGKILL, SIGTERM
+// and SIGSTOP/SIGCONT, no network faults).
 package main
 
 import (

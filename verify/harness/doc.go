@@ -23,6 +23,10 @@
 // process's clock stops, its links stall and its clients stop at their
 // next fenced write (pause.go).
 //
+// Procs runs the trial against separate lockd processes instead
+// (internal/proctest): real SIGKILL, SIGTERM and SIGSTOP/SIGCONT of
+// replicas, no network faults (ProcFaults).
+//
 // The self-test runs the same workload, nemesis, history and checkers
 // against Fake, an in-memory lock service with quorumlock's client
 // semantics that can be broken on purpose (Bug): a double grant, a
