@@ -55,7 +55,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		bins, err := proctest.Build(binDir, harness.LockdPackage)
+		bins, err := proctest.BuildTags(binDir, "crashpoint", harness.LockdPackage)
 		if err != nil {
 			os.RemoveAll(binDir)
 			fmt.Fprintln(os.Stderr, err)

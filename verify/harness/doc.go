@@ -25,7 +25,8 @@
 //
 // Procs runs the trial against separate lockd processes instead
 // (internal/proctest): real SIGKILL, SIGTERM and SIGSTOP/SIGCONT of
-// replicas, no network faults (ProcFaults).
+// replicas and SIGKILL at a raft Ready-loop point (CrashPoint), no
+// network faults (ProcFaults).
 //
 // The self-test runs the same workload, nemesis, history and checkers
 // against Fake, an in-memory lock service with quorumlock's client

@@ -373,6 +373,43 @@ func (n *nemesis) step(st Step) {
 			return fmt.Sprintf("r%d -> r%d: leader now r%d, r%d running: %v", l, to, n.sys.Leader(), l, contains(n.sys.Running(), l))
 		}, func() {})
 		n.h.Fault(st.Kind, "%d leadership transfers", rounds)
+	case CrashPoint:
+		c, ok := n.sys.(Crasher)
+		if !ok {
+			n.errorf("%s: only multi-process trials can crash a replica at a Ready-loop point", st.Kind)
+			return
+		}
+		l := n.healthyLeader()
+		victim := members[rnd.IntN(len(members))]
+		if l != 0 && rnd.IntN(2) == 0 {
+			victim = l
+		}
+		point := ReadyPoints[rnd.IntN(len(ReadyPoints))]
+		pass := 1 + rnd.IntN(20)
+		role := "a follower"
+		if victim == l {
+			role = "the leader"
+		}
+		if err := c.ArmCrash(victim, point, pass); err != nil {
+			n.errorf("%s: arm r%d: %v", st.Kind, victim, err)
+			return
+		}
+		n.h.Fault(st.Kind, "r%d (%s) armed to crash at %s, pass %d", victim, role, point, pass)
+		armed := time.Now()
+		deadline := armed.Add(st.Hold)
+		for contains(n.sys.Running(), victim) && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		if contains(n.sys.Running(), victim) {
+			n.h.Fault(st.Kind, "r%d did not reach it within %v: killed", victim, st.Hold)
+			n.sys.Stop(victim)
+			return
+		}
+		if victim == l && n.sys.Leader() != l {
+			n.measure(st.Kind, l, []uint64{l}, true)
+		}
+		n.h.Fault(st.Kind, "r%d crashed (SIGKILL) at %s after %v", victim, point, time.Since(armed).Round(time.Millisecond))
+		time.Sleep(max(0, time.Until(deadline)))
 	case PauseLeader:
 		p, ok := n.sys.(Pauser)
 		if !ok {

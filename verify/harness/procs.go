@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/quorumlock/quorumlock"
@@ -20,7 +21,25 @@ import (
 // there is no fault network between lockd processes, so the network faults
 // (isolate-leader, one-way-cut, partition, delay-drop, leader-churn) and
 // leader-transfer are not available.
-var ProcFaults = []string{KillMinority, RestartAll, LeaderHandoff, ClientCrash, PauseLeader, PauseHolder}
+var ProcFaults = []string{KillMinority, RestartAll, LeaderHandoff, ClientCrash, PauseLeader, PauseHolder, CrashPoint}
+
+// CrashPoint makes a replica (the leader half of the time) kill itself
+// with SIGKILL at a point of its raft Ready loop (before-save, after-save,
+// after-send, after-apply: raftnode's failpoints), the n-th time it passes
+// it from now on; it is restarted on its data when the step ends. Only
+// multi-process trials can inject it (a lockd built with the tag
+// crashpoint).
+const CrashPoint = "crash-point"
+
+// ReadyPoints are the Ready-loop points CrashPoint draws from.
+var ReadyPoints = []string{"before-save", "after-save", "after-send", "after-apply"}
+
+// Crasher is a System whose replicas can be made to crash at a Ready-loop
+// point (Procs).
+type Crasher interface {
+	// ArmCrash makes replica id kill itself the n-th time it passes point.
+	ArmCrash(id uint64, point string, n int) error
+}
 
 // LockdPackage is the import path of the replica program a multi-process
 // trial runs.
@@ -62,7 +81,8 @@ func NewProcs(bin string, opts ClusterOptions) (_ *Procs, err error) {
 		}
 	}()
 	if err := guard(func() {
-		p.c = proctest.NewCluster(p.t, bin, proctest.Options{Size: opts.Size, TTL: opts.TTL, Tick: opts.Tick, ElectionTicks: opts.ElectionTicks})
+		p.c = proctest.NewCluster(p.t, bin, proctest.Options{Size: opts.Size, TTL: opts.TTL, Tick: opts.Tick, ElectionTicks: opts.ElectionTicks,
+			Env: func(id uint64) []string { return []string{"QUORUMLOCK_CRASH_FILE=" + p.crashFile(id)} }})
 	}); err != nil {
 		return nil, err
 	}
@@ -317,6 +337,26 @@ func (p *Procs) Resume(name string) {
 		return
 	}
 	p.clock(name).thaw()
+}
+
+// crashFile is where ArmCrash tells replica id its crash point.
+func (p *Procs) crashFile(id uint64) string {
+	return filepath.Join(p.opts.Dir, fmt.Sprintf("crash-at-%d", id))
+}
+
+// ArmCrash implements Crasher: it writes "point:n" to the replica's crash
+// file and sends it SIGUSR1 (examples/lockd/crashpoint.go). A replica
+// restarted after the crash is not armed: only the signal arms one.
+func (p *Procs) ArmCrash(id uint64, point string, n int) error {
+	f := p.crashFile(id)
+	if err := os.WriteFile(f, []byte(fmt.Sprintf("%s:%d\n", point, n)), 0o644); err != nil {
+		return err
+	}
+	var err error
+	if gerr := guard(func() { err = p.c.Signal(id, syscall.SIGUSR1) }); gerr != nil {
+		err = gerr
+	}
+	return err
 }
 
 // How implements Pauser.

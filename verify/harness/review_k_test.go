@@ -153,11 +153,11 @@ func TestProcessModeRealSignals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds lockd")
 	}
-	bins, err := proctest.Build(t.TempDir(), LockdPackage)
+	bins, err := proctest.BuildTags(t.TempDir(), "crashpoint", LockdPackage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, kind := range []string{PauseLeader, KillMinority} {
+	for i, kind := range []string{PauseLeader, KillMinority, CrashPoint} {
 		res := Run(Options{Seed: 3110 + uint64(i), Size: 3, Faults: []string{kind}, Steps: 1, Procs: bins[LockdPackage], Keep: true, Out: t.TempDir()})
 		report(t, res)
 		var all []string
@@ -173,6 +173,10 @@ func TestProcessModeRealSignals(t *testing.T) {
 		case KillMinority:
 			if !regexp.MustCompile(`kill-minority stopped \[\d+\]`).MatchString(joined) || !strings.Contains(joined, "restart r") {
 				t.Errorf("no replica killed and restarted:\n%s", joined)
+			}
+		case CrashPoint:
+			if !regexp.MustCompile(`crash-point r\d+ crashed \(SIGKILL\) at (before|after)-\w+`).MatchString(joined) || !strings.Contains(joined, "restart r") {
+				t.Errorf("no replica crashed at a Ready-loop point and restarted:\n%s", joined)
 			}
 		}
 		if res.Report != nil && len(res.Report.Recoveries)+len(res.Report.Unbounded) == 0 && kind == PauseLeader {
@@ -194,5 +198,15 @@ func TestProcessModeRefusesNetworkFaults(t *testing.T) {
 	}
 	if _, plan := draw(Options{Seed: 1, Procs: "x"}); !slices.ContainsFunc(plan, func(s Step) bool { return slices.Contains(ProcFaults, s.Kind) }) {
 		t.Fatalf("default plan of a multi-process trial %v", plan)
+	}
+}
+
+// TestCrashPointNeedsProcesses checks that an in-process trial refuses the
+// crash-point fault (only a lockd built with the tag crashpoint can crash
+// at a Ready-loop point) instead of passing without it.
+func TestCrashPointNeedsProcesses(t *testing.T) {
+	res := Run(Options{Seed: 1, Size: 3, Faults: []string{CrashPoint}, Steps: 1})
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "needs the multi-process mode") {
+		t.Fatalf("err %v", res.Err)
 	}
 }

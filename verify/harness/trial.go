@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,6 +125,9 @@ func Run(opts Options) *Result {
 			res.Err = err
 			return res
 		}
+	} else if slices.Contains(opts.Faults, CrashPoint) && opts.System == nil {
+		res.Err = fmt.Errorf("fault %s needs the multi-process mode (-procs)", CrashPoint)
+		return res
 	}
 	switch {
 	case opts.Procs != "" && opts.System == nil:
