@@ -24,6 +24,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 	"github.com/quorumlock/quorumlock/internal/service"
+	"github.com/quorumlock/quorumlock/internal/testhook"
 	"github.com/quorumlock/quorumlock/raftnode"
 	"github.com/quorumlock/quorumlock/storage"
 	"github.com/quorumlock/quorumlock/storage/pebblestore"
@@ -206,6 +207,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:          n.log,
 		OnSave:          n.metrics.onSave(),
 		OnSnapshot:      n.metrics.onSnapshot(),
+		Failpoint:       testhook.Failpoint(cfg.DataDir), // nil outside test builds
 		OnFatal: func(err error) {
 			n.log.Error("replica stopped", zap.Error(err))
 			go n.HardClose()

@@ -8,7 +8,9 @@
 //
 // Trial i uses seed S+i; a failing trial prints the folder holding its
 // seed, fault schedule, history (JSON) and porcupine visualization, and
-// `go run ./verify -trials 1 -seed X` replays its fault schedule.
+// `go run ./verify -trials 1 -seed X` replays its fault schedule. With
+// -procs the replicas are separate lockd processes (real SIGKILL, SIGTERM
+// and SIGSTOP/SIGCONT, no network faults).
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/proctest"
 	"github.com/quorumlock/quorumlock/verify/check"
 	"github.com/quorumlock/quorumlock/verify/harness"
 )
@@ -32,6 +35,7 @@ func main() {
 	keep := flag.Bool("keep", false, "save the artefacts of passing trials too")
 	margin := flag.Duration("margin", 0, "availability bound = 2 x election timeout + margin (default: 5 election timeouts)")
 	verbose := flag.Bool("v", false, "log progress")
+	procs := flag.Bool("procs", false, "run separate lockd processes (SIGKILL, SIGTERM, SIGSTOP/SIGCONT) instead of an in-process cluster; faults: "+strings.Join(harness.ProcFaults, ","))
 	flag.Parse()
 
 	var kinds []string
@@ -44,6 +48,21 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	var lockd, binDir string
+	if *procs {
+		var err error
+		if binDir, err = os.MkdirTemp("", "verify-lockd-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		bins, err := proctest.BuildTags(binDir, "crashpoint", harness.LockdPackage)
+		if err != nil {
+			os.RemoveAll(binDir)
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		lockd = bins[harness.LockdPackage]
+	}
 	var logf func(string)
 	if *verbose {
 		logf = func(s string) { fmt.Fprintln(os.Stderr, s) }
@@ -54,7 +73,7 @@ func main() {
 	for i := range *trials {
 		res := harness.Run(harness.Options{
 			Seed: *seed + uint64(i), Size: *replicas, Faults: kinds, Steps: *steps,
-			Out: *out, Keep: *keep, Log: logf, Margin: *margin,
+			Out: *out, Keep: *keep, Log: logf, Margin: *margin, Procs: lockd,
 		})
 		fmt.Println(res.Summary())
 		if res.Report != nil {
@@ -79,6 +98,9 @@ func main() {
 	if p50, bound := check.Percentile(recoveries, 50), harness.RecoveryP50Bound*100*time.Millisecond; len(recoveries) >= 10 && p50 > bound {
 		fmt.Printf("median recovery after a leader loss %v is above %d election timeouts (%v)\n", p50, harness.RecoveryP50Bound, bound)
 		failed++
+	}
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
 	if failed+errored > 0 {
 		os.Exit(1)

@@ -32,6 +32,11 @@ import (
 // command and returns each binary's path by import path. Run it once per
 // test binary (TestMain): it takes seconds.
 func Build(dir string, pkgs ...string) (map[string]string, error) {
+	return BuildTags(dir, "", pkgs...)
+}
+
+// BuildTags is Build with build tags (go build -tags tags; "" for none).
+func BuildTags(dir, tags string, pkgs ...string) (map[string]string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		return nil, fmt.Errorf("proctest: the go command is needed to build %v: %w", pkgs, err)
@@ -39,7 +44,11 @@ func Build(dir string, pkgs ...string) (map[string]string, error) {
 	out := make(map[string]string, len(pkgs))
 	for _, pkg := range pkgs {
 		bin := filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command(goTool, "build", "-o", bin, pkg)
+		args := []string{"build", "-o", bin}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
+		cmd := exec.Command(goTool, append(args, pkg)...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("proctest: go build %s: %v\n%s", pkg, err, b)
 		}
@@ -59,6 +68,9 @@ type Options struct {
 	ElectionTicks int
 	// Args, if set, returns extra flags for replica id (TLS files, say).
 	Args func(id uint64) []string
+	// Env, if set, returns extra environment variables (KEY=value) for
+	// replica id, asked at every start.
+	Env func(id uint64) []string
 	// ClientTLS is what the harness's own clients (Status, WaitLeader) and
 	// ClientOptions use to reach a cluster that runs TLS. nil: plaintext.
 	ClientTLS *tls.Config
@@ -227,6 +239,11 @@ func (c *Cluster) start(id uint64) error {
 		return err
 	}
 	cmd := exec.Command(c.bin, args...)
+	if c.opts.Env != nil {
+		if env := c.opts.Env(id); len(env) > 0 {
+			cmd.Env = append(os.Environ(), env...)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = w, logf
 	if err := cmd.Start(); err != nil {
 		r.Close()
@@ -296,6 +313,15 @@ func (c *Cluster) Kill(id uint64) {
 	p := c.proc(id)
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.exited
+}
+
+// Signal sends sig to replica id (if it is running).
+func (c *Cluster) Signal(id uint64, sig syscall.Signal) error {
+	p := c.proc(id)
+	if p.done() {
+		return fmt.Errorf("proctest: replica %d is not running", id)
+	}
+	return p.cmd.Process.Signal(sig)
 }
 
 // Pause stops replica id with SIGSTOP: it keeps its sockets open and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quorumlock/quorumlock"
 	"github.com/quorumlock/quorumlock/internal/testcluster"
+	"github.com/quorumlock/quorumlock/internal/testhook"
 )
 
 // ClusterOptions configure a real in-process cluster.
@@ -49,6 +50,7 @@ type Cluster struct {
 	probes   map[*quorumlock.Node]*quorumlock.Session
 	probeIDs map[uint64]bool
 	probeN   int
+	clocks   map[string]*pausableClock // by endpoint name: r<id>, c<i>
 }
 
 // NewCluster starts a cluster and its clients and waits for a leader.
@@ -65,7 +67,7 @@ func NewCluster(opts ClusterOptions) (_ *Cluster, err error) {
 		level = zap.DebugLevel
 	}
 	logger := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(logf), level))
-	c := &Cluster{opts: opts, logf: logf, t: newTB(opts.Dir, nil), probes: map[*quorumlock.Node]*quorumlock.Session{}, probeIDs: map[uint64]bool{}}
+	c := &Cluster{opts: opts, logf: logf, t: newTB(opts.Dir, nil), probes: map[*quorumlock.Node]*quorumlock.Session{}, probeIDs: map[uint64]bool{}, clocks: map[string]*pausableClock{}}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -80,6 +82,7 @@ func NewCluster(opts ClusterOptions) (_ *Cluster, err error) {
 			Seed:          opts.Seed,
 			Configure: func(cfg *quorumlock.Config) {
 				cfg.Logger = logger.Named(fmt.Sprintf("r%d", cfg.ID))
+				cfg.Clock = c.clock(fmt.Sprintf("r%d", cfg.ID))
 				if b := os.Getenv("VERIFY_BACKEND"); b != "" {
 					cfg.LogBackend = quorumlock.LogBackend(b)
 				}
@@ -115,10 +118,101 @@ func (c *Cluster) dial(netID uint64) (*quorumlock.Client, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return quorumlock.Dial(ctx, addrs,
+	opts := []quorumlock.ClientOption{
 		quorumlock.WithSessionTTL(c.opts.TTL),
 		quorumlock.WithElectionTimeout(c.ElectionTimeout()),
-		quorumlock.WithDialer(c.c.Net.Dialer(netID)))
+		quorumlock.WithDialer(c.c.Net.Dialer(netID)),
+	}
+	if i := netID - clientBase; i < uint64(c.opts.Clients) {
+		// The workload's clients can be paused; the harness's own (admin)
+		// cannot.
+		opts = append(opts, quorumlock.WithClock(c.clock(fmt.Sprintf("c%d", i))))
+	}
+	return quorumlock.Dial(ctx, addrs, opts...)
+}
+
+// clock returns the pausable clock of the process named name (an
+// endpoint's name), the same one across restarts and redials.
+func (c *Cluster) clock(name string) *pausableClock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.clocks[name]
+	if p == nil {
+		p = &pausableClock{}
+		c.clocks[name] = p
+	}
+	return p
+}
+
+// netID returns the network ID of the process named name (r<id> or c<i>).
+func (c *Cluster) netID(name string) (uint64, bool) {
+	var id uint64
+	if _, err := fmt.Sscanf(name, "r%d", &id); err == nil && contains(c.c.IDs(), id) {
+		return id, true
+	}
+	if _, err := fmt.Sscanf(name, "c%d", &id); err == nil && id < uint64(c.opts.Clients) {
+		return clientBase + id, true
+	}
+	return 0, false
+}
+
+// Pause implements Pauser: the process named name (a replica r<id> or a
+// remote client c<i>) is frozen as by SIGSTOP: its clock stops (no raft
+// tick, no session or lease timer), every link to and from it stalls both
+// ways (nothing it sends arrives, nothing sent to it is read, new
+// connections fail), and the workload's clients in it stop at their next
+// fenced write, after checking their lease (Gate); their other calls
+// stall on the links. Resume undoes it (SIGCONT).
+func (c *Cluster) Pause(name string) error {
+	id, ok := c.netID(name)
+	if !ok {
+		return fmt.Errorf("pause: no process %q", name)
+	}
+	c.clock(name).freeze()
+	others := append(c.c.IDs(), c.Clients()...)
+	others = append(others, clientBase+99) // the harness's admin client
+	for _, o := range others {
+		if o != id {
+			c.c.Net.Cut(id, o)
+			c.c.Net.Cut(o, id)
+		}
+	}
+	return nil
+}
+
+// Resume implements Pauser: the links heal (every fault of the network is
+// lifted) and the clock of the process runs again; its due timers fire
+// late, all at once.
+func (c *Cluster) Resume(name string) {
+	c.c.Heal()
+	c.clock(name).thaw()
+}
+
+// How implements Pauser.
+func (c *Cluster) How(string) string { return "SIGSTOP emulated in process" }
+
+// Gate implements Pauser.
+func (c *Cluster) Gate(name string) { c.clock(name).gate() }
+
+// Held implements Pauser.
+func (c *Cluster) Held(name string) int64 { return c.clock(name).held.Load() }
+
+// View implements Pauser: the leader replica id believes in (0: none, or
+// the replica is stopped).
+func (c *Cluster) View(id uint64) uint64 {
+	n := c.c.Node(id)
+	if n == nil {
+		return 0
+	}
+	return n.Status().Leader
+}
+
+// TransferLeader implements Transferrer: it asks replica from to hand
+// leadership to replica to with raft's leadership transfer, without
+// stopping it.
+func (c *Cluster) TransferLeader(from, to uint64) bool {
+	n := c.c.Node(from)
+	return n != nil && testhook.TransferLeadership(n, to)
 }
 
 // Endpoints implements System.

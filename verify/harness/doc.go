@@ -16,7 +16,17 @@
 //
 // Leadership churn isolates the current leader for 3 election timeouts
 // every TTL/2 (an election); leader hand-off shuts the leader down with
-// Node.Close every TTL/2 (raft's leadership transfer) and restarts it.
+// Node.Close every TTL/2 (raft's leadership transfer) and restarts it;
+// leader transfer hands leadership to a follower every TTL/2 with the old
+// leader staying up (internal/testhook). Pauses of the leader or of a
+// holder's process (SIGSTOP/SIGCONT) are emulated in process: the
+// process's clock stops, its links stall and its clients stop at their
+// next fenced write (pause.go).
+//
+// Procs runs the trial against separate lockd processes instead
+// (internal/proctest): real SIGKILL, SIGTERM and SIGSTOP/SIGCONT of
+// replicas and SIGKILL at a raft Ready-loop point (CrashPoint), no
+// network faults (ProcFaults).
 //
 // The self-test runs the same workload, nemesis, history and checkers
 // against Fake, an in-memory lock service with quorumlock's client

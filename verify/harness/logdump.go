@@ -14,7 +14,9 @@ import (
 // (after the cluster stopped) as text to out, one entry a line with its
 // decoded command: the ground truth for diagnosing a violation.
 func dumpLogs(work, out string) error {
-	dirs, _ := filepath.Glob(filepath.Join(work, "tmp*", "r*", "log"))
+	dirs, _ := filepath.Glob(filepath.Join(work, "tmp*", "r*", "log"))     // testcluster
+	more, _ := filepath.Glob(filepath.Join(work, "tmp*", "data-*", "log")) // proctest (lockd)
+	dirs = append(dirs, more...)
 	var b strings.Builder
 	for _, dir := range dirs {
 		st, err := pebblestore.Open(dir, pebblestore.Options{})

@@ -41,10 +41,23 @@ const (
 	// ClientCrash closes a remote client with its sessions (no close is
 	// sent: they expire) and dials a new one.
 	ClientCrash = "client-crash"
+	// LeaderTransfer moves leadership from the current leader to a random
+	// follower with raft's leadership transfer (MsgTimeoutNow), the old
+	// leader staying up, every TTL/2.
+	LeaderTransfer = "leader-transfer"
+	// PauseLeader freezes the leader's process (SIGSTOP, emulated in
+	// process: see Cluster.Pause) for longer than the TTL, then resumes
+	// it (SIGCONT): it wakes still believing it leads, with its session
+	// timers late.
+	PauseLeader = "pause-leader"
+	// PauseHolder freezes the process hosting a current lock holder (a
+	// remote client or a replica) for longer than the TTL, then resumes
+	// it: its fenced writes come after its lease.
+	PauseHolder = "pause-holder"
 )
 
 // FaultKinds lists every fault kind.
-var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, LeaderHandoff, ClientCrash}
+var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, LeaderHandoff, ClientCrash, LeaderTransfer, PauseLeader, PauseHolder}
 
 // Step is one planned fault: its kind, how long it is held, the healthy
 // pause after it, and the seed of its random choices (which replicas,
@@ -69,8 +82,12 @@ func Plan(rnd *rand.Rand, kinds []string, n int, ttl time.Duration) []Step {
 	for range n {
 		k := kinds[rnd.IntN(len(kinds))]
 		hold := ttl/2 + time.Duration(rnd.Int64N(int64(ttl)))
-		if k == LeaderChurn || k == LeaderHandoff {
+		switch k {
+		case LeaderChurn, LeaderHandoff, LeaderTransfer:
 			hold = 2*ttl + time.Duration(rnd.Int64N(int64(ttl)))
+		case PauseLeader, PauseHolder:
+			// Longer than the TTL: the paused process's leases run out.
+			hold = ttl + ttl/4 + time.Duration(rnd.Int64N(int64(ttl/2)))
 		}
 		out = append(out, Step{Kind: k, Hold: hold.Round(time.Millisecond), Pause: (300*time.Millisecond + time.Duration(rnd.Int64N(int64(500*time.Millisecond)))).Round(time.Millisecond), Rand: rnd.Uint64()})
 	}
@@ -202,7 +219,17 @@ func (n *nemesis) step(st Step) {
 		n.sys.Isolate(l)
 		n.measure(st.Kind, l, []uint64{l}, true)
 		n.h.Fault(st.Kind, "r%d isolated for %v", l, st.Hold)
-		time.Sleep(st.Hold)
+		if p, ok := n.sys.(Pauser); ok {
+			// The minority keeps the old leader until CheckQuorum steps it
+			// down (an election timeout); then it sees none.
+			early := min(n.sys.ElectionTimeout()/2, st.Hold)
+			time.Sleep(early)
+			n.h.Fault(st.Kind, "after %v: r%d sees leader r%d", early, l, p.View(l))
+			time.Sleep(st.Hold - early)
+			n.h.Fault(st.Kind, "before the heal: r%d sees leader r%d, the others r%d", l, p.View(l), n.sys.Leader())
+		} else {
+			time.Sleep(st.Hold)
+		}
 	case OneWayCut:
 		l := n.sys.Leader()
 		var cuts []string
@@ -324,9 +351,164 @@ func (n *nemesis) step(st Step) {
 		}
 		n.h.Fault(st.Kind, "c%d crashed and redialled", i)
 		time.Sleep(st.Hold)
+	case LeaderTransfer:
+		t, ok := n.sys.(Transferrer)
+		if !ok {
+			n.h.Fault(st.Kind, "skipped: the system cannot transfer leadership")
+			return
+		}
+		et := n.sys.ElectionTimeout()
+		rounds := n.leaderRounds(st.Kind, st.Hold, et, func(l uint64) string {
+			fs := without(members, l)
+			to := fs[rnd.IntN(len(fs))]
+			if !t.TransferLeader(l, to) {
+				return fmt.Sprintf("r%d -> r%d: not sent (replica down)", l, to)
+			}
+			// Wait for the transfer (raft abandons it after an election
+			// timeout).
+			deadline := time.Now().Add(et)
+			for l2 := n.sys.Leader(); (l2 == l || l2 == 0) && time.Now().Before(deadline); l2 = n.sys.Leader() {
+				time.Sleep(2 * time.Millisecond)
+			}
+			return fmt.Sprintf("r%d -> r%d: leader now r%d, r%d running: %v", l, to, n.sys.Leader(), l, contains(n.sys.Running(), l))
+		}, func() {})
+		n.h.Fault(st.Kind, "%d leadership transfers", rounds)
+	case CrashPoint:
+		c, ok := n.sys.(Crasher)
+		if !ok {
+			n.errorf("%s: only multi-process trials can crash a replica at a Ready-loop point", st.Kind)
+			return
+		}
+		l := n.healthyLeader()
+		victim := members[rnd.IntN(len(members))]
+		if l != 0 && rnd.IntN(2) == 0 {
+			victim = l
+		}
+		point := ReadyPoints[rnd.IntN(len(ReadyPoints))]
+		pass := 1 + rnd.IntN(20)
+		role := "a follower"
+		if victim == l {
+			role = "the leader"
+		}
+		if err := c.ArmCrash(victim, point, pass); err != nil {
+			n.errorf("%s: arm r%d: %v", st.Kind, victim, err)
+			return
+		}
+		n.h.Fault(st.Kind, "r%d (%s) armed to crash at %s, pass %d", victim, role, point, pass)
+		armed := time.Now()
+		deadline := armed.Add(st.Hold)
+		for contains(n.sys.Running(), victim) && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		if contains(n.sys.Running(), victim) {
+			n.h.Fault(st.Kind, "r%d did not reach it within %v: killed", victim, st.Hold)
+			n.sys.Stop(victim)
+			return
+		}
+		if victim == l && n.sys.Leader() != l {
+			n.measure(st.Kind, l, []uint64{l}, true)
+		}
+		n.h.Fault(st.Kind, "r%d crashed (SIGKILL) at %s after %v", victim, point, time.Since(armed).Round(time.Millisecond))
+		time.Sleep(max(0, time.Until(deadline)))
+	case PauseLeader:
+		p, ok := n.sys.(Pauser)
+		if !ok {
+			n.h.Fault(st.Kind, "skipped: the system cannot pause processes")
+			return
+		}
+		l := n.healthyLeader()
+		if l == 0 {
+			n.h.Fault(st.Kind, "skipped: no leader")
+			return
+		}
+		n.pause(p, st, fmt.Sprintf("r%d", l), l, "the leader")
+	case PauseHolder:
+		p, ok := n.sys.(Pauser)
+		if !ok {
+			n.h.Fault(st.Kind, "skipped: the system cannot pause processes")
+			return
+		}
+		via, why := n.holderProcess(rnd)
+		l := n.sys.Leader()
+		var lid uint64
+		if via == fmt.Sprintf("r%d", l) {
+			lid = l
+			why += ", the leader"
+		}
+		n.pause(p, st, via, lid, why)
 	default:
 		n.errorf("unknown fault %q", st.Kind)
 	}
+}
+
+// pause freezes the process named via for st.Hold and resumes it,
+// measuring the recovery if it is the leader (leader != 0), and records
+// what it saw: the paused replica's view of the leader before it resumed
+// and how many of its clients' calls the pause held.
+func (n *nemesis) pause(p Pauser, st Step, via string, leader uint64, why string) {
+	held := p.Held(via)
+	if err := p.Pause(via); err != nil {
+		n.errorf("%s: %v", st.Kind, err)
+		return
+	}
+	if leader != 0 {
+		n.measure(st.Kind, leader, []uint64{leader}, true)
+	}
+	n.h.Fault(st.Kind, "%s (%s) paused (%s) for %v", via, why, p.How(via), st.Hold)
+	time.Sleep(st.Hold)
+	view := ""
+	if leader != 0 {
+		view = fmt.Sprintf("; before it resumed r%d still saw leader r%d (r0: none, or no answer), the others r%d", leader, p.View(leader), n.sys.Leader())
+	}
+	p.Resume(via)
+	// Let the held clients run into the fence.
+	time.Sleep(50 * time.Millisecond)
+	n.h.Fault(st.Kind, "%s resumed%s; %d fenced writes held by the pause", via, view, p.Held(via)-held)
+}
+
+// holderProcess returns the endpoint (process) hosting a session that
+// holds one of the locks now, preferring a remote client, and why; a
+// random remote client if no holder is found.
+func (n *nemesis) holderProcess(rnd *rand.Rand) (string, string) {
+	names := slices.Clone(n.h.Locks)
+	rnd.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	var found, why string
+	for _, name := range names {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		info, err := n.sys.Read(ctx, name)
+		cancel()
+		if err != nil || info.Holder == 0 {
+			continue
+		}
+		via := n.via(info.Holder)
+		if via == "" {
+			continue
+		}
+		if found == "" || (strings.HasPrefix(via, "c") && !strings.HasPrefix(found, "c")) {
+			found, why = via, fmt.Sprintf("hosts session %d, holder of %s under token %d", info.Holder, name, info.Token)
+		}
+	}
+	if found == "" {
+		cs := n.sys.Clients()
+		if len(cs) == 0 {
+			return fmt.Sprintf("r%d", n.sys.Members()[rnd.IntN(len(n.sys.Members()))]), "no holder found: a random replica"
+		}
+		return fmt.Sprintf("c%d", rnd.IntN(len(cs))), "no holder found: a random client"
+	}
+	return found, why
+}
+
+// via returns the endpoint that opened session id ("" if unknown).
+func (n *nemesis) via(id uint64) string {
+	var out string
+	n.h.Update(func() {
+		for _, s := range n.h.Sessions {
+			if s.ID == id {
+				out = s.Via
+			}
+		}
+	})
+	return out
 }
 
 // leaderRounds repeats, every TTL/2 until hold has passed: wait for a

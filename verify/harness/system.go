@@ -90,3 +90,30 @@ type Lock interface {
 	Release(ctx context.Context) error
 	Lost() <-chan struct{}
 }
+
+// Pauser is a System whose processes can be paused like SIGSTOP/SIGCONT
+// (Cluster; the Fake cannot): the pause-leader and pause-holder faults
+// need it.
+type Pauser interface {
+	// Pause freezes the process named by an endpoint name (r<id>, c<i>):
+	// its clock, its links and its clients; Resume thaws it.
+	Pause(name string) error
+	Resume(name string)
+	// Gate holds a client of the named process while it is paused; Held
+	// counts the calls it held.
+	Gate(name string)
+	Held(name string) int64
+	// View returns the leader replica id believes in (0: none, or it does
+	// not answer).
+	View(id uint64) uint64
+	// How names how the named process is paused ("SIGSTOP", "in
+	// process").
+	How(name string) string
+}
+
+// Transferrer is a System whose leader can hand leadership over without
+// stopping (raft's leadership transfer): the leader-transfer fault needs
+// it.
+type Transferrer interface {
+	TransferLeader(from, to uint64) bool
+}

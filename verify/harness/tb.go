@@ -70,6 +70,13 @@ func (t *tb) Logf(format string, args ...any) {
 
 func (t *tb) Log(args ...any) { t.Logf("%s", fmt.Sprint(args...)) }
 
+// Failed reports whether Errorf was called.
+func (t *tb) Failed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.errs) > 0
+}
+
 // runCleanups runs the registered cleanups, last first.
 func (t *tb) runCleanups() {
 	t.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +54,11 @@ type Options struct {
 	// System, if set, builds the system instead of a real cluster (the
 	// self-test's fake). It gets the trial's work directory.
 	System func(dir string, rnd *rand.Rand) (System, error)
+	// Procs, if set, is the path of a lockd binary (LockdPackage, built
+	// with proctest.Build): the trial runs separate lockd processes
+	// (NewProcs) instead of an in-process cluster, with the faults of
+	// ProcFaults (the default there).
+	Procs string
 }
 
 // Result is the outcome of one trial.
@@ -114,9 +120,24 @@ func Run(opts Options) *Result {
 	defer os.RemoveAll(dir)
 
 	var sys System
-	if opts.System != nil {
+	if opts.Procs != "" {
+		if err := checkProcFaults(opts.Faults); err != nil {
+			res.Err = err
+			return res
+		}
+	} else if slices.Contains(opts.Faults, CrashPoint) && opts.System == nil {
+		res.Err = fmt.Errorf("fault %s needs the multi-process mode (-procs)", CrashPoint)
+		return res
+	}
+	switch {
+	case opts.Procs != "" && opts.System == nil:
+		sys, err = NewProcs(opts.Procs, ClusterOptions{
+			Size: opts.Size, Clients: 2, Tick: opts.Tick, ElectionTicks: opts.ElectionTicks,
+			TTL: opts.TTL, Dir: dir,
+		})
+	case opts.System != nil:
 		sys, err = opts.System(dir, rand.New(rand.NewPCG(opts.Seed, 0xfa7e)))
-	} else {
+	default:
 		sys, err = NewCluster(ClusterOptions{
 			Size: opts.Size, Clients: 2, Tick: opts.Tick, ElectionTicks: opts.ElectionTicks,
 			TTL: opts.TTL, Seed: opts.Seed | 1, Dir: dir,
@@ -145,9 +166,20 @@ func Run(opts Options) *Result {
 	if final != nil {
 		runErr = errors.Join(runErr, final)
 	}
-	if t, ok := sys.(*Cluster); ok {
-		for _, e := range t.t.errors() {
+	var tbs []*tb
+	switch t := sys.(type) {
+	case *Cluster:
+		tbs = append(tbs, t.t)
+	case *Procs:
+		tbs = append(tbs, t.t)
+	}
+	for _, t := range tbs {
+		// A replica that failed while it ran (Node.Close/HardClose return
+		// the error that stopped it) or could not close is a failed
+		// trial, not a line in a log.
+		for _, e := range t.errors() {
 			logf("cluster: %s", e)
+			runErr = errors.Join(runErr, fmt.Errorf("cluster: %s", e))
 		}
 	}
 
@@ -184,6 +216,9 @@ func draw(opts Options) (Options, []Step) {
 	}
 	if len(opts.Faults) == 0 {
 		opts.Faults = FaultKinds
+		if opts.Procs != "" {
+			opts.Faults = ProcFaults
+		}
 	}
 	if opts.Steps == 0 {
 		opts.Steps = 2 + rnd.IntN(3)
@@ -339,6 +374,9 @@ func replayCommand(opts Options) string {
 		}
 	}
 	fmt.Fprintf(&b, "go run ./verify -trials 1 -seed %d", opts.Seed)
+	if opts.Procs != "" {
+		b.WriteString(" -procs")
+	}
 	if len(opts.Faults) > 0 {
 		fmt.Fprintf(&b, " -faults %s", strings.Join(opts.Faults, ","))
 	}

@@ -349,6 +349,11 @@ func (w *workload) write(ts *trackedSession, name string, l Lock, rnd *rand.Rand
 	if closed(l.Lost()) || time.Until(ts.s.Deadline()) < d+ts.s.TTL()/10 {
 		return false
 	}
+	// A pause of the holder's process here (pause-holder, pause-leader for
+	// the sessions on the leader) is the case fencing exists for: the
+	// write comes after the lease that allowed it, maybe after a newer
+	// grant's writes.
+	w.gate(ts.rec.Via)
 	i, ok := w.h.Admit(history.Write{Lock: name, Session: ts.s.ID(), Token: l.Token()}, func() bool {
 		return w.fence.Admit(name, quorumlock.Token(l.Token())) == nil
 	})
@@ -358,6 +363,14 @@ func (w *workload) write(ts *trackedSession, name string, l Lock, rnd *rand.Rand
 	time.Sleep(d)
 	w.h.Finish(i)
 	return true
+}
+
+// gate holds the caller while the process that hosts its sessions (the
+// endpoint named via) is paused.
+func (w *workload) gate(via string) {
+	if p, ok := w.sys.(Pauser); ok {
+		p.Gate(via)
+	}
 }
 
 func (w *workload) reader(client int) {
