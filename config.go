@@ -150,6 +150,10 @@ type Config struct {
 	MaxLocksPerSession int
 	// MaxWaitersPerLock bounds the queue of one lock. The default is 10,000.
 	MaxWaitersPerLock int
+
+	// failpoint is raftnode's Config.Failpoint, set only by test builds
+	// through internal/testhook.SetFailpoint; nil otherwise.
+	failpoint func(point string)
 }
 
 // LogBackend names a durable log implementation.

@@ -24,7 +24,6 @@ import (
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 	"github.com/quorumlock/quorumlock/internal/service"
-	"github.com/quorumlock/quorumlock/internal/testhook"
 	"github.com/quorumlock/quorumlock/raftnode"
 	"github.com/quorumlock/quorumlock/storage"
 	"github.com/quorumlock/quorumlock/storage/pebblestore"
@@ -207,7 +206,7 @@ func start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		Logger:          n.log,
 		OnSave:          n.metrics.onSave(),
 		OnSnapshot:      n.metrics.onSnapshot(),
-		Failpoint:       testhook.Failpoint(cfg.DataDir), // nil outside test builds
+		Failpoint:       cfg.failpoint, // nil outside test builds
 		OnFatal: func(err error) {
 			n.log.Error("replica stopped", zap.Error(err))
 			go n.HardClose()

@@ -22,4 +22,12 @@ func init() {
 		r.TransferLeadership(to)
 		return true
 	})
+	testhook.SetFailpointSetter(func(cfg any, f func(point string)) bool {
+		c, ok := cfg.(*Config)
+		if !ok || c == nil {
+			return false
+		}
+		c.failpoint = f
+		return true
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/quorumlock/quorumlock"
 	"github.com/quorumlock/quorumlock/internal/testhook"
 )
 
@@ -32,7 +33,7 @@ func init() {
 		passes atomic.Int64
 	}
 	var cur atomic.Pointer[armed]
-	testhook.SetFailpoint("", func(p string) {
+	hook := func(p string) {
 		a := cur.Load()
 		if a == nil || p != a.point || a.passes.Add(1) != a.n {
 			return
@@ -40,7 +41,8 @@ func init() {
 		fmt.Fprintf(os.Stderr, "lockd: crash point %s reached (pass %d): SIGKILL\n", p, a.n)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way: go no further
-	})
+	}
+	configHooks = append(configHooks, func(cfg *quorumlock.Config) { testhook.SetFailpoint(cfg, hook) })
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
 	go func() {

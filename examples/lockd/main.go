@@ -61,6 +61,10 @@ import (
 	"github.com/quorumlock/quorumlock"
 )
 
+// configHooks change the Config before Start; only test builds add any
+// (crashpoint.go, built with the tag crashpoint).
+var configHooks []func(*quorumlock.Config)
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -116,6 +120,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Info("serving metrics", zap.String("addr", lis.Addr().String()))
 	}
 
+	for _, h := range configHooks {
+		h(&cfg)
+	}
 	node, err := quorumlock.Start(ctx, cfg)
 	if err != nil && ctx.Err() != nil {
 		log.Info("signal received during start-up", zap.Error(err))

@@ -4,8 +4,6 @@
 // this module can import this one.
 package testhook
 
-import "sync"
-
 // transfer is installed by package quorumlock.
 var transfer func(n any, to uint64) bool
 
@@ -26,34 +24,22 @@ func TransferLeadership(n any, to uint64) bool {
 	return transfer(n, to)
 }
 
-var (
-	fpMu       sync.Mutex
-	failpoints = map[string]func(point string){}
-)
+// setFailpoint is installed by package quorumlock.
+var setFailpoint func(cfg any, f func(point string)) bool
 
-// SetFailpoint installs f as the raft failpoint hook (raftnode's
+// SetFailpointSetter installs the implementation of SetFailpoint (package
+// quorumlock calls it from init).
+func SetFailpointSetter(f func(cfg any, f func(point string)) bool) { setFailpoint = f }
+
+// SetFailpoint makes f the raft failpoint hook (raftnode's
 // Config.Failpoint: called on the raft goroutine at every Failpoint* point
-// of the Ready loop) of the replicas started from now on with data
-// directory dir; dir "" applies to every replica without a hook of its
-// own. f nil removes the hook. A program that installs one is a test
-// build (examples/lockd with the tag crashpoint).
-func SetFailpoint(dir string, f func(point string)) {
-	fpMu.Lock()
-	defer fpMu.Unlock()
-	if f == nil {
-		delete(failpoints, dir)
-		return
+// of the Ready loop) of the replica that cfg, a *quorumlock.Config, will
+// start; f nil removes it. It returns false if cfg is not a non-nil
+// *quorumlock.Config. A program that installs one is a test build
+// (examples/lockd with the tag crashpoint).
+func SetFailpoint(cfg any, f func(point string)) bool {
+	if setFailpoint == nil {
+		return false
 	}
-	failpoints[dir] = f
-}
-
-// Failpoint returns the hook for a replica with data directory dir, or nil
-// (always, unless SetFailpoint was called).
-func Failpoint(dir string) func(point string) {
-	fpMu.Lock()
-	defer fpMu.Unlock()
-	if f, ok := failpoints[dir]; ok {
-		return f
-	}
-	return failpoints[""]
+	return setFailpoint(cfg, f)
 }
