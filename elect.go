@@ -104,6 +104,11 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 	if ld := s.leading[l.name]; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
 		return ld, nil
 	}
+	if ld := s.owner; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
+		// The session was opened for this leadership (Node.Elect,
+		// Client.Elect): that handle is the grant's.
+		return ld, nil
+	}
 	if l.resigning.Load() > 0 {
 		// A concurrent Resign (of this grant's handle, or of an older
 		// handle of it) is giving the grant up: the handles' Done closed
@@ -302,15 +307,16 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	defer l.lock.resigning.Add(-1)
 	l.cancel()
 	defer l.end()
-	// A later handle of the same grant (Elect after a Resign of l whose
+	// Another handle of the same grant (Elect after a Resign of l whose
 	// release went unconfirmed) is given up too: its Done closes now,
-	// not when the release is answered.
+	// not when the release is answered (it ends when Lost closes).
 	l.s.mu.Lock()
-	other := l.s.leading[roleKey(l.role)]
-	l.s.mu.Unlock()
-	if other != nil && other != l && other.lock == l.lock {
-		other.end()
+	for _, o := range []*Leadership{l.s.leading[roleKey(l.role)], l.s.owner} {
+		if o != nil && o != l && o.lock == l.lock {
+			o.cancel()
+		}
 	}
+	l.s.mu.Unlock()
 	if l.owned {
 		return l.s.Close(ctx)
 	}

@@ -63,3 +63,36 @@ func TestReviewLResignOfAnOldHandleEndsTheNewOne(t *testing.T) {
 	rcancel()
 	<-resigned
 }
+
+// Session.Elect on the session Node.Elect or Client.Elect opened for a
+// role (Leadership.Session) returns that leadership, as it does for a
+// session that already leads the role: it returned a second open handle
+// of the same grant, whose Done stayed open after the first one resigned.
+func TestReviewLElectOnAnOwnedSessionReturnsItsLeadership(t *testing.T) {
+	nodes := specCluster(t, 3, nil)
+	for _, op := range specOpeners(t, nodes) {
+		t.Run(op.name, func(t *testing.T) {
+			ctx := testCtx(t, 20*time.Second)
+			var elect func(context.Context, string, []byte) (*quorumlock.Leadership, error)
+			switch o := op.o.(type) {
+			case *quorumlock.Node:
+				elect = o.Elect
+			case *quorumlock.Client:
+				elect = o.Elect
+			}
+			ld, err := elect(ctx, "lowned", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ld.Resign(ctx)
+			again, err := ld.Session().Elect(ctx, "lowned", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again != ld {
+				again.Resign(ctx)
+				t.Fatal("Session.Elect on the leadership's own session returned a second handle of the grant")
+			}
+		})
+	}
+}
