@@ -62,6 +62,11 @@ func TestReviewLResignOfAnOldHandleEndsTheNewOne(t *testing.T) {
 	}
 	rcancel()
 	<-resigned
+	// Without a quorum the close is not answered: end the session here
+	// rather than in the cleanup's 10 s wait.
+	cctx, ccancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer ccancel()
+	s.Close(cctx)
 }
 
 // Session.Elect on the session Node.Elect or Client.Elect opened for a
