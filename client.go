@@ -46,15 +46,15 @@ type Client struct {
 	ps      map[string]*propStream
 	current int    // index in addrs of the replica tried first
 	leader  string // last known leader address; "" if unknown
-	// leaderMoved is closed (and replaced) when the known leader changes to
-	// another address: a request stuck at the old one moves on. gRPC's
+	// away holds, per address a request may be waiting at, a channel
+	// closed (and dropped) when the client learns that another address
+	// leads: a request stuck at a replica that is not the leader (the old
+	// leader, or one tried while no leader was known) moves on. gRPC's
 	// keepalive cannot notice a paused replica sooner than in 10-20 s.
-	leaderMoved chan struct{}
-	// moveFrom is the leader leaderMoved was last closed for (the last
-	// known leader, also after rotate forgot it): learning the same
-	// address again (a redirect back to a leader a call's timeout made
-	// the client forget) is no move, and the calls waiting there stay.
-	moveFrom string
+	// Learning again the leader a call's timeout made the client forget
+	// (rotate) closes nothing for that leader: the calls waiting at it
+	// stay, and only those waiting elsewhere move.
+	away map[string]chan struct{}
 
 	hb        *heartbeater
 	closed    chan struct{}
@@ -141,13 +141,12 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	}
 	o.attemptLimit = 2 * o.settle
 	c := &Client{
-		opts:        o,
-		addrs:       append([]string(nil), addrs...),
-		conns:       make(map[string]*grpc.ClientConn),
-		ka:          make(map[string]*kaStream),
-		ps:          make(map[string]*propStream),
-		closed:      make(chan struct{}),
-		leaderMoved: make(chan struct{}),
+		opts:   o,
+		addrs:  append([]string(nil), addrs...),
+		conns:  make(map[string]*grpc.ClientConn),
+		ka:     make(map[string]*kaStream),
+		ps:     make(map[string]*propStream),
+		closed: make(chan struct{}),
 	}
 	c.baseCtx, c.cancel = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeater(c, o.clk, c.closed)
@@ -348,9 +347,9 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 		defer close(src)
 		backoff := minBackoff
 		for ctx.Err() == nil {
-			// moved before pick: a leader change between the two closes it.
-			moved := c.moved()
-			addr := c.pick()
+			// Picked with its channel: a leader change between the two
+			// would otherwise go unnoticed.
+			addr, moved := c.pickWatch()
 			if cc, err := c.conn(addr); err == nil {
 				// Follow the leader: a stream from a replica that went
 				// silent would otherwise hang until keepalive notices.
@@ -363,8 +362,8 @@ func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 					for m := moved; ; {
 						select {
 						case <-m:
-							m = c.moved()
-							if c.pick() != addr {
+							var still bool
+							if m, still = c.rewatch(addr); !still {
 								away.Store(true)
 								cancel()
 								return
@@ -445,10 +444,47 @@ func (c *Client) observeOnce(ctx context.Context, cc *grpc.ClientConn, key strin
 func (c *Client) pick() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.pickLocked()
+}
+
+func (c *Client) pickLocked() string {
 	if c.leader != "" {
 		return c.leader
 	}
 	return c.addrs[c.current%len(c.addrs)]
+}
+
+// pickWatch is pick with the channel that closes when the client learns
+// that an address other than the one picked leads: an attempt sent there
+// then moves on.
+func (c *Client) pickWatch() (string, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr := c.pickLocked()
+	return addr, c.awayLocked(addr)
+}
+
+// rewatch reports whether addr is still the address to try (a leader
+// learned and then addr again) and, if so, returns its new channel.
+func (c *Client) rewatch(addr string) (<-chan struct{}, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pickLocked() != addr {
+		return nil, false
+	}
+	return c.awayLocked(addr), true
+}
+
+func (c *Client) awayLocked(addr string) chan struct{} {
+	ch := c.away[addr]
+	if ch == nil {
+		if c.away == nil {
+			c.away = make(map[string]chan struct{})
+		}
+		ch = make(chan struct{})
+		c.away[addr] = ch
+	}
+	return ch
 }
 
 // rotate forgets addr as the leader and moves on to the next address.
@@ -463,28 +499,28 @@ func (c *Client) rotate(addr string) {
 	}
 }
 
+// setLeader records addr as the leader. The attempts waiting at any other
+// address end (see Client.away); those waiting at addr stay, also when
+// the client had forgotten it: closing one channel for every learning of
+// a leader the client had forgotten aborted every call waiting at that
+// (healthy) leader, and each aborted call forgot it again, so that calls
+// with short contexts kept a client's other calls bouncing off a healthy
+// leader (TestReviewJShortCallsDoNotUnsettleTheLeader); and closing none
+// when the leader learned again was the last one moved to left the calls
+// sent elsewhere meanwhile waiting at a silent replica
+// (TestReviewLForgottenLeaderLearnedAgainMovesCallsElsewhere).
 func (c *Client) setLeader(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if addr != "" && addr != c.moveFrom {
-		// Only a move to another address ends the attempts in flight:
-		// closing it when a leader that rotate had forgotten was learned
-		// again aborted every call waiting at that (healthy) leader, and
-		// each aborted call forgot it again, so that calls with short
-		// contexts kept a client's other calls bouncing off a healthy
-		// leader (TestReviewJShortCallsDoNotUnsettleTheLeader).
-		close(c.leaderMoved)
-		c.leaderMoved = make(chan struct{})
-		c.moveFrom = addr
+	if addr != "" {
+		for a, ch := range c.away {
+			if a != addr {
+				close(ch)
+				delete(c.away, a)
+			}
+		}
 	}
 	c.leader = addr
-}
-
-// moved returns a channel closed when the known leader next changes.
-func (c *Client) moved() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leaderMoved
 }
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
@@ -535,7 +571,7 @@ func (c *Client) closeConns() {
 // replica that went silent (paused, or cut off without a reset). gRPC
 // raises the ping interval to at least 10 s, so detection takes 10-20 s;
 // requests that wait at a leader also move on as soon as the client learns
-// of a new leader (Client.leaderMoved).
+// of a new leader (Client.away).
 func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.Conn, error)) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
@@ -637,9 +673,9 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// moved before pick: a leader change between the two closes it.
-		moved := c.moved()
-		addr := c.pick()
+		// Picked with its channel: a leader change between the two
+		// would otherwise go unnoticed.
+		addr, moved := c.pickWatch()
 		cc, err := c.conn(addr)
 		if err == nil {
 			actx, cancel := ctx, func() {}

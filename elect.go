@@ -56,10 +56,6 @@ type Leadership struct {
 	owned bool // the session was opened for this leadership (Node.Elect, Client.Elect)
 
 	resigned atomic.Bool // Resign was called while the session was live
-	// resigning counts Resigns whose release is in flight (from before
-	// Done closes until the release is answered): Session.Elect answered
-	// with the grant they give up must not hand it out again.
-	resigning atomic.Int32
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -105,17 +101,21 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 		// Released (or lost) since it was answered.
 		return nil, fmt.Errorf("%w: role %q: the grant (epoch %d) was given up meanwhile", ErrNotHeld, role, l.token)
 	}
-	if ld := s.leading[l.name]; ld != nil && ld.lock == l {
-		if ld.ctx.Err() == nil {
-			return ld, nil
-		}
-		if ld.resigning.Load() > 0 {
-			// A concurrent Resign is giving the grant up: its Done
-			// closed before the release was sent, and a new handle's
-			// would close only when the release is answered, after the
-			// next candidate may have been elected.
-			return nil, fmt.Errorf("%w: role %q: a concurrent Resign is giving up the grant (epoch %d)", ErrNotHeld, role, l.token)
-		}
+	if ld := s.leading[l.name]; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
+		return ld, nil
+	}
+	if ld := s.owner; ld != nil && ld.lock == l && ld.ctx.Err() == nil {
+		// The session was opened for this leadership (Node.Elect,
+		// Client.Elect): that handle is the grant's.
+		return ld, nil
+	}
+	if l.resigning.Load() > 0 {
+		// A concurrent Resign (of this grant's handle, or of an older
+		// handle of it) is giving the grant up: the handles' Done closed
+		// before the release was sent, and a new handle's would close
+		// only when the release is answered, after the next candidate
+		// may have been elected.
+		return nil, fmt.Errorf("%w: role %q: a concurrent Resign is giving up the grant (epoch %d)", ErrNotHeld, role, l.token)
 	}
 	ld := newLeadership(role, s, l, false)
 	if s.leading == nil {
@@ -280,7 +280,9 @@ var endedCtx = func() context.Context {
 // Resign gives up the leadership: the next candidate is elected with a
 // larger epoch. With Node.Elect or Client.Elect, the dedicated session is
 // closed too. Done closes at once, before the release is sent (so before
-// the next candidate can be elected), whatever the outcome. Errors as for
+// the next candidate can be elected), whatever the outcome, and so does
+// that of the handle a later Elect returned for the same grant (after a
+// Resign whose release went unconfirmed). Errors as for
 // Lock.Release (ErrNotHeld if the leadership was already resigned; once
 // its session has ended, which is how a leadership is lost, the
 // session's error: ErrSessionExpired or ErrClosed), except with
@@ -301,10 +303,20 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	}
 	// Counted before Done closes: Session.Elect tells a Resign in
 	// flight (ErrNotHeld) from one whose release went unconfirmed.
-	l.resigning.Add(1)
-	defer l.resigning.Add(-1)
+	l.lock.resigning.Add(1)
+	defer l.lock.resigning.Add(-1)
 	l.cancel()
 	defer l.end()
+	// Another handle of the same grant (Elect after a Resign of l whose
+	// release went unconfirmed) is given up too: its Done closes now,
+	// not when the release is answered (it ends when Lost closes).
+	l.s.mu.Lock()
+	for _, o := range []*Leadership{l.s.leading[roleKey(l.role)], l.s.owner} {
+		if o != nil && o != l && o.lock == l.lock {
+			o.cancel()
+		}
+	}
+	l.s.mu.Unlock()
 	if l.owned {
 		return l.s.Close(ctx)
 	}

@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
@@ -18,6 +19,12 @@ type Lock struct {
 	// holders never ask, and a channel costs more than the rest of a Lock.
 	lost chan struct{}
 	gone bool // lost, or closed as soon as it is made
+
+	// resigning counts the Resigns giving up this grant (a role's) whose
+	// release is in flight, from before any handle's Done closes until
+	// the release is answered: Session.Elect answered with the grant must
+	// not hand it out again.
+	resigning atomic.Int32
 }
 
 // Name returns the lock's name.

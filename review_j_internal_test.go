@@ -9,9 +9,9 @@ import "testing"
 // kept its other calls bouncing off a healthy leader. A move to another
 // address, and back, still ends them.
 func TestReviewJSameLeaderLearnedAgainIsNoMove(t *testing.T) {
-	c := &Client{addrs: []string{"a:1", "b:1", "c:1"}, leaderMoved: make(chan struct{})}
+	c := &Client{addrs: []string{"a:1", "b:1", "c:1"}}
 	c.setLeader("a:1")
-	m := c.moved()
+	_, m := c.pickWatch() // a call waiting at a:1
 	c.rotate("a:1")
 	if got := c.pick(); got != "b:1" {
 		t.Fatalf("after rotate, pick %q, want b:1", got)
@@ -28,7 +28,7 @@ func TestReviewJSameLeaderLearnedAgainIsNoMove(t *testing.T) {
 	if !closed(m) {
 		t.Fatal("a move to another leader did not abort the calls waiting at the old one")
 	}
-	m = c.moved()
+	_, m = c.pickWatch() // a call waiting at b:1
 	c.rotate("b:1")
 	c.setLeader("a:1")
 	if !closed(m) {
