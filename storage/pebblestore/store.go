@@ -98,8 +98,11 @@ type Store struct {
 	// pebble.Open fail while its compaction still ran, and that compaction
 	// then crashed the process in Pebble's released file cache (or Pebble
 	// released the directory lock Open had already released).
-	opening     atomic.Bool
-	openCorrupt atomic.Pointer[error]
+	// openMu keeps a report that saw opening set from landing after Open
+	// has read openCorrupt (it would be neither returned nor fenced).
+	openMu      sync.Mutex
+	opening     bool
+	openCorrupt error
 
 	mu        sync.RWMutex
 	closed    bool
@@ -166,7 +169,7 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, log: logger, lock: lock, bgFailed: make(chan struct{})}
-	s.opening.Store(true)
+	s.opening = true // before Pebble can report anything
 	if opts.FS == nil {
 		// Only on the operating system's file system: a WAL sync off the
 		// processor goes to the descriptor directly, past any wrapper.
@@ -213,8 +216,10 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 	if err != nil {
 		_ = s.syncs.close()
 		_ = lock.Close()
-		if p := s.openCorrupt.Load(); p != nil {
-			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, *p)
+		// opening stays set: what pebble.Open left running must not
+		// fence or crash anything now.
+		if c := s.openDamage(); c != nil {
+			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, c)
 		}
 		if errors.Is(err, storage.ErrCorrupt) {
 			return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
@@ -246,12 +251,11 @@ func open(dir string, opts Options, lim cacheLimits) (*Store, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	s.opening.Store(false)
-	if p := s.openCorrupt.Load(); p != nil {
+	if c := s.endOpening(); c != nil {
 		_ = db.Close()
 		_ = s.syncs.close()
 		_ = lock.Close()
-		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, *p)
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, c)
 	}
 	return s, nil
 }
@@ -807,10 +811,8 @@ func (s *Store) backgroundError(err error) {
 		err = fmt.Errorf("%w: %w", storage.ErrCorrupt, err)
 	}
 	err = fmt.Errorf("pebblestore: %s: background flush or compaction: %w", s.dir, err)
-	if s.opening.Load() && errors.Is(err, storage.ErrCorrupt) {
-		// See Store.opening.
-		s.openCorrupt.CompareAndSwap(nil, &err)
-		return
+	if errors.Is(err, storage.ErrCorrupt) && s.recordOpenCorrupt(err) {
+		return // see Store.opening
 	}
 	s.setFatal(err)
 	s.bgOnce.Do(func() {
@@ -835,11 +837,41 @@ func (s *Store) dataCorruption(info pebble.DataCorruptionInfo) {
 	}
 	err := fmt.Errorf("pebblestore: %s: %w: %w", info.Path, storage.ErrCorrupt, details)
 	s.log.Error("pebblestore: damaged table; the store refuses further writes", zap.Error(err))
-	if s.opening.Load() {
-		s.openCorrupt.CompareAndSwap(nil, &err)
+	if s.recordOpenCorrupt(err) {
 		return
 	}
 	s.setFenced(err)
+}
+
+// recordOpenCorrupt records err for Open to fail with and reports true
+// while Open runs (Store.opening); afterwards it records nothing and
+// reports false.
+func (s *Store) recordOpenCorrupt(err error) bool {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if !s.opening {
+		return false
+	}
+	if s.openCorrupt == nil {
+		s.openCorrupt = err
+	}
+	return true
+}
+
+// openDamage returns the damage recorded while Open runs, if any.
+func (s *Store) openDamage() error {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	return s.openCorrupt
+}
+
+// endOpening ends Open's window (Store.opening) and returns the damage
+// recorded in it, if any: from then on damage fences the store.
+func (s *Store) endOpening() error {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	s.opening = false
+	return s.openCorrupt
 }
 
 // setFatal records the first failure Pebble reports through Logger.Fatalf
