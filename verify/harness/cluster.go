@@ -344,16 +344,7 @@ func (c *Cluster) Probe(ctx context.Context, avoid []uint64) error {
 		c.probeIDs[s.ID()] = true
 		c.mu.Unlock()
 	}
-	l, err := s.TryAcquire(ctx, name)
-	if err != nil {
-		return err
-	}
-	go func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		l.Release(rctx)
-	}()
-	return nil
+	return tryThenRelease(ctx, s, name)
 }
 
 // PrepareProbes opens a fresh probe session on every running replica (the
@@ -386,32 +377,16 @@ func (c *Cluster) PrepareProbes(ctx context.Context) {
 
 // LiveSessions implements System.
 func (c *Cluster) LiveSessions(ctx context.Context) (map[uint64]bool, error) {
-	out := make(map[uint64]bool)
-	var after uint64
-	for range 100 {
-		ss, more, err := c.admin.Sessions(ctx, after, 1000)
-		if err != nil {
-			return nil, err
-		}
+	return liveSessions(ctx, c.admin, func(id uint64) bool {
 		c.mu.Lock()
-		for _, s := range ss {
-			if !c.probeIDs[s.ID] {
-				out[s.ID] = true
-			}
-			after = s.ID
-		}
-		c.mu.Unlock()
-		if !more {
-			return out, nil
-		}
-	}
-	return out, errors.New("too many sessions")
+		defer c.mu.Unlock()
+		return c.probeIDs[id]
+	})
 }
 
 // Read implements System.
 func (c *Cluster) Read(ctx context.Context, name string) (Info, error) {
-	li, err := c.admin.Holder(ctx, name)
-	return Info{Holder: li.Holder, Token: uint64(li.Token), Waiters: li.Waiters}, err
+	return readHolder(ctx, c.admin, name)
 }
 
 // Close implements System.

@@ -274,46 +274,21 @@ func (p *Procs) Probe(ctx context.Context, avoid []uint64) error {
 		p.probeIDs[s.ID()] = true
 		p.mu.Unlock()
 	}
-	l, err := s.TryAcquire(ctx, name)
-	if err != nil {
-		return err
-	}
-	go func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		l.Release(rctx)
-	}()
-	return nil
+	return tryThenRelease(ctx, s, name)
 }
 
 // LiveSessions implements System.
 func (p *Procs) LiveSessions(ctx context.Context) (map[uint64]bool, error) {
-	out := make(map[uint64]bool)
-	var after uint64
-	for range 100 {
-		ss, more, err := p.admin.Sessions(ctx, after, 1000)
-		if err != nil {
-			return nil, err
-		}
+	return liveSessions(ctx, p.admin, func(id uint64) bool {
 		p.mu.Lock()
-		for _, s := range ss {
-			if !p.probeIDs[s.ID] {
-				out[s.ID] = true
-			}
-			after = s.ID
-		}
-		p.mu.Unlock()
-		if !more {
-			return out, nil
-		}
-	}
-	return out, errors.New("too many sessions")
+		defer p.mu.Unlock()
+		return p.probeIDs[id]
+	})
 }
 
 // Read implements System.
 func (p *Procs) Read(ctx context.Context, name string) (Info, error) {
-	li, err := p.admin.Holder(ctx, name)
-	return Info{Holder: li.Holder, Token: uint64(li.Token), Waiters: li.Waiters}, err
+	return readHolder(ctx, p.admin, name)
 }
 
 // Pause implements Pauser: SIGSTOP of replica r<id>; a remote client c<i>
