@@ -37,36 +37,12 @@ func (s *mutedLock) ProposeStream(st grpc.BidiStreamingServer[lockpb.ProposeCall
 	}
 }
 
-// okLock is a Lock server that answers every proposal OK (token 7), as the
-// leader does a grant.
-type okLock struct {
-	lockpb.UnimplementedLockServer
-	calls atomic.Int64
-}
-
-func (s *okLock) Status(context.Context, *lockpb.StatusRequest) (*lockpb.StatusResponse, error) {
-	return &lockpb.StatusResponse{}, nil
-}
-
-func (s *okLock) ProposeStream(st grpc.BidiStreamingServer[lockpb.ProposeCalls, lockpb.ProposeReplies]) error {
-	for {
-		m, err := st.Recv()
-		if err != nil {
-			return err
-		}
-		var out lockpb.ProposeReplies
-		for _, c := range m.GetCalls() {
-			if c.GetCancel() {
-				continue
-			}
-			s.calls.Add(1)
-			out.Replies = append(out.Replies, &lockpb.ProposeReply{Id: c.GetId(),
-				Response: &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}})
-		}
-		if err := st.Send(&out); err != nil {
-			return err
-		}
-	}
+// newOKLock is a Lock server that answers every proposal OK (token 7),
+// as the leader does a grant.
+func newOKLock() *fakeLock {
+	return &fakeLock{answer: func() *lockpb.Response {
+		return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}
+	}}
 }
 
 // A blocking acquire sent while the client knew no leader (a call's
@@ -79,7 +55,7 @@ func (s *okLock) ProposeStream(st grpc.BidiStreamingServer[lockpb.ProposeCalls, 
 // acquire stayed at B until keepalive noticed, 10-20 s (never, here: B's
 // connection is healthy), or its ctx ended.
 func TestReviewLForgottenLeaderLearnedAgainMovesCallsElsewhere(t *testing.T) {
-	leader, silent := &okLock{}, &mutedLock{}
+	leader, silent := newOKLock(), &mutedLock{}
 	aAddr, bAddr := serveFake(t, leader), serveFake(t, silent)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

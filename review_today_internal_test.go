@@ -12,20 +12,19 @@ import (
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
-// notLeaderLock is a Lock server that answers every proposal NOT_LEADER
-// with hint (its address; "" for none), as a follower does, and counts
-// the proposals it received.
-type notLeaderLock struct {
+// fakeLock is a Lock server that answers every proposal with answer()
+// and counts the proposals it received.
+type fakeLock struct {
 	lockpb.UnimplementedLockServer
-	hint  atomic.Pointer[string]
-	calls atomic.Int64
+	calls  atomic.Int64
+	answer func() *lockpb.Response
 }
 
-func (s *notLeaderLock) Status(context.Context, *lockpb.StatusRequest) (*lockpb.StatusResponse, error) {
+func (s *fakeLock) Status(context.Context, *lockpb.StatusRequest) (*lockpb.StatusResponse, error) {
 	return &lockpb.StatusResponse{}, nil
 }
 
-func (s *notLeaderLock) ProposeStream(st grpc.BidiStreamingServer[lockpb.ProposeCalls, lockpb.ProposeReplies]) error {
+func (s *fakeLock) ProposeStream(st grpc.BidiStreamingServer[lockpb.ProposeCalls, lockpb.ProposeReplies]) error {
 	for {
 		m, err := st.Recv()
 		if err != nil {
@@ -37,13 +36,27 @@ func (s *notLeaderLock) ProposeStream(st grpc.BidiStreamingServer[lockpb.Propose
 				continue
 			}
 			s.calls.Add(1)
-			out.Replies = append(out.Replies, &lockpb.ProposeReply{Id: c.GetId(),
-				Response: &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderAddr: *s.hint.Load()}})
+			out.Replies = append(out.Replies, &lockpb.ProposeReply{Id: c.GetId(), Response: s.answer()})
 		}
 		if err := st.Send(&out); err != nil {
 			return err
 		}
 	}
+}
+
+// notLeaderLock answers every proposal NOT_LEADER with hint (its
+// address; "" for none), as a follower does.
+type notLeaderLock struct {
+	fakeLock
+	hint atomic.Pointer[string]
+}
+
+func newNotLeaderLock() *notLeaderLock {
+	s := &notLeaderLock{}
+	s.answer = func() *lockpb.Response {
+		return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderAddr: *s.hint.Load()}
+	}
+	return s
 }
 
 func serveFake(t *testing.T, s lockpb.LockServer) string {
@@ -68,7 +81,7 @@ func serveFake(t *testing.T, s lockpb.LockServer) string {
 // window lasted (and fired leaderMoved each time, restarting every
 // Observe stream of the client).
 func TestReviewTodayRedirectLoopBacksOff(t *testing.T) {
-	follower, old := &notLeaderLock{}, &notLeaderLock{}
+	follower, old := newNotLeaderLock(), newNotLeaderLock()
 	none := ""
 	old.hint.Store(&none)
 	fAddr, oAddr := serveFake(t, follower), serveFake(t, old)
