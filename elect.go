@@ -97,6 +97,11 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 	// after the first resigned would outlive the leadership.
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ended {
+		// The session ended since the grant was answered: its error, as
+		// when it ends a moment earlier (found by review M).
+		return nil, s.endErr
+	}
 	if l.gone || s.locks[l.name] != l {
 		// Released (or lost) since it was answered.
 		return nil, fmt.Errorf("%w: role %q: the grant (epoch %d) was given up meanwhile", ErrNotHeld, role, l.token)
