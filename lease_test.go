@@ -88,6 +88,18 @@ func settle(t *testing.T, clk *clock.Manual, want int) {
 	time.Sleep(2 * time.Millisecond)
 }
 
+// answerWhen answers resp once gate is closed (a leader with a quorum
+// answers), or ends with ctx's error if ctx ends first: a fake backend's
+// handling of a request that needs the cluster.
+func answerWhen(ctx context.Context, gate <-chan struct{}, resp *lockpb.Response) (*lockpb.Response, error) {
+	select {
+	case <-gate:
+		return resp, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 func newLeaseHarness(t *testing.T, ack bool) (*fakeBackend, *clock.Manual, *Session) {
 	clk := clock.NewManual(time.Unix(5000, 0))
 	be := &fakeBackend{clk: clk, ack: ack}

@@ -37,14 +37,9 @@ func TestSettleGoesOnInBackground(t *testing.T) {
 			return nil, ctx.Err()
 		case lockpb.Op_OP_WITHDRAW:
 			withdrawals.Add(1)
-			select {
-			case <-quorum:
-				// The acquire was applied and granted before the
-				// withdrawal: the withdrawal reports the grant.
-				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+			// The acquire was applied and granted before the
+			// withdrawal: the withdrawal reports the grant.
+			return answerWhen(ctx, quorum, &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42})
 		case lockpb.Op_OP_RELEASE:
 			released.Store(req.GetToken())
 		}

@@ -89,12 +89,7 @@ func TestReviewDBackgroundReleaseSparesAReturnedGrant(t *testing.T) {
 					// Applied while the session held the grant.
 					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42}, nil
 				case lockpb.Op_OP_WITHDRAW:
-					select {
-					case <-quorum:
-						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42}, nil
-					case <-ctx.Done():
-						return nil, ctx.Err()
-					}
+					return answerWhen(ctx, quorum, &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42})
 				case lockpb.Op_OP_RELEASE:
 					if releases.Add(1) == 1 {
 						close(released)

@@ -99,12 +99,7 @@ func TestReviewFBackgroundReleaseRefusedIsRetried(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		case lockpb.Op_OP_WITHDRAW:
-			select {
-			case <-quorum:
-				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+			return answerWhen(ctx, quorum, &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 42})
 		case lockpb.Op_OP_RELEASE:
 			if releases.Add(1) <= 2 {
 				return &lockpb.Response{Code: lockpb.Code_CODE_LIMIT}, nil
@@ -148,12 +143,8 @@ func TestReviewFHeldLockSurvivesPendingReentrantAcquire(t *testing.T) {
 			<-ctx.Done() // no leader
 			return nil, ctx.Err()
 		case lockpb.Op_OP_WITHDRAW:
-			select {
-			case <-quorum: // the session holds x: the withdrawal reports it
-				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok}, nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+			// The session holds x: the withdrawal reports it.
+			return answerWhen(ctx, quorum, &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok})
 		case lockpb.Op_OP_RELEASE:
 			releases.Add(1)
 		}
