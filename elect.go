@@ -275,13 +275,6 @@ func (l *Leadership) Context() context.Context {
 	return l.ctx
 }
 
-// endedCtx is the Context of a nil or zero Leadership.
-var endedCtx = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
-
 // Resign gives up the leadership: the next candidate is elected with a
 // larger epoch. With Node.Elect or Client.Elect, the dedicated session is
 // closed too. Done closes at once, before the release is sent (so before

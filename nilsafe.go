@@ -24,6 +24,13 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
+// endedCtx is the Context of a nil or zero Leadership.
+var endedCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // errNoSession is returned by the calls of a nil or zero Session (one
 // that no NewSession returned, such as the nil of a failed NewSession).
 var errNoSession = fmt.Errorf("%w: not an open session (a nil or zero Session)", ErrSessionExpired)
