@@ -24,12 +24,16 @@ func FuzzDecode(f *testing.F) {
 		_, _ = decodeIdentity(v)
 		_, _ = parseEntryKey(v)
 		_ = keyName(v)
-		// The WAL check parses chunks of any content.
-		if p := firstBadChunk(v, uint32(index)); p >= len(v) {
-			t.Fatalf("firstBadChunk returned %d past the end of %d bytes", p, len(v))
+		// The WAL and MANIFEST checks parse chunks of any content.
+		if p := firstBadChunk(v, walChunkAt(uint32(index)), walSyncHeader); p >= len(v) {
+			t.Fatalf("firstBadChunk (WAL) returned %d past the end of %d bytes", p, len(v))
+		}
+		if p := firstBadChunk(v, manifestChunkAt, walLegacyHeaderSize); p >= len(v) {
+			t.Fatalf("firstBadChunk (MANIFEST) returned %d past the end of %d bytes", p, len(v))
 		}
 		for p := 0; p < len(v); p++ {
 			_, _ = validChunkAt(v, p, uint32(index))
+			_, _, _ = manifestChunkAt(v, p)
 		}
 	})
 }

@@ -86,26 +86,69 @@ func validChunkAt(data []byte, p int, logNum uint32) (ok, first bool) {
 	return true, kind.first
 }
 
+// chunkAt reports whether a valid chunk starts at offset p of data,
+// whether it begins a record, and its size (header and payload) when valid.
+type chunkAt func(data []byte, p int) (ok, first bool, size int)
+
+// walChunkAt is chunkAt for the chunks of WAL logNum.
+func walChunkAt(logNum uint32) chunkAt {
+	return func(data []byte, p int) (bool, bool, int) {
+		ok, first := validChunkAt(data, p, logNum)
+		if !ok {
+			return false, false, 0
+		}
+		return true, first, walChunks[data[p+6]].headerSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
+	}
+}
+
 // firstBadChunk parses the chunks of data in order, as Pebble's reader does,
 // and returns the offset of the first one that fails its checks, or -1 when
-// every chunk is valid up to the end of data.
-func firstBadChunk(data []byte, logNum uint32) int {
+// every chunk is valid up to the end of data. The writer pads a block
+// whose rest cannot hold a header of maxHeader bytes with zeros.
+func firstBadChunk(data []byte, at chunkAt, maxHeader int) int {
 	p := 0
 	for p < len(data) {
 		blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
-		if blockEnd-p < walSyncHeader && allZero(data[p:blockEnd]) {
-			// The writer pads a block whose rest cannot hold a header.
+		if blockEnd-p < maxHeader && allZero(data[p:blockEnd]) {
 			p = blockEnd
 			continue
 		}
-		ok, _ := validChunkAt(data, p, logNum)
+		ok, _, size := at(data, p)
 		if !ok {
 			return p
 		}
-		kind := walChunks[data[p+6]]
-		p += kind.headerSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
+		p += size
 	}
 	return -1
+}
+
+// syncedDamage reads the file at path and returns an error wrapping
+// storage.ErrCorrupt, naming what (a WAL, the MANIFEST), the file and the
+// offset, when a chunk that Pebble would take for a torn tail is followed
+// by a valid chunk that begins a record: the damaged one was synced.
+func syncedDamage(fs vfs.FS, path, what string, at chunkAt, maxHeader int) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return fmt.Errorf("pebblestore: open %s: %w", path, err)
+	}
+	data, err := io.ReadAll(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pebblestore: read %s: %w", path, err)
+	}
+	bad := firstBadChunk(data, at, maxHeader)
+	if bad < 0 {
+		return nil
+	}
+	for p := bad + 1; p+walLegacyHeaderSize <= len(data); p++ {
+		if ok, first, _ := at(data, p); ok && first {
+			return fmt.Errorf("pebblestore: %s: damaged %s record at offset %d is followed by a valid record at offset %d, so it was synced: %w",
+				path, what, bad, p, storage.ErrCorrupt)
+		}
+	}
+	return nil
 }
 
 func allZero(b []byte) bool {
@@ -141,29 +184,7 @@ func checkWALTail(fs vfs.FS, dir string) error {
 	if name == "" {
 		return nil
 	}
-	path := fs.PathJoin(dir, name)
-	f, err := fs.Open(path)
-	if err != nil {
-		return fmt.Errorf("pebblestore: open %s: %w", path, err)
-	}
-	data, err := io.ReadAll(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("pebblestore: read %s: %w", path, err)
-	}
-	bad := firstBadChunk(data, uint32(newest))
-	if bad < 0 {
-		return nil
-	}
-	for p := bad + 1; p+walLegacyHeaderSize <= len(data); p++ {
-		if ok, first := validChunkAt(data, p, uint32(newest)); ok && first {
-			return fmt.Errorf("pebblestore: %s: damaged WAL record at offset %d is followed by a valid record at offset %d, so it was synced: %w",
-				path, bad, p, storage.ErrCorrupt)
-		}
-	}
-	return nil
+	return syncedDamage(fs, fs.PathJoin(dir, name), "WAL", walChunkAt(uint32(newest)), walSyncHeader)
 }
 
 // Pebble reads its MANIFEST (the list of tables and the log position they
@@ -182,40 +203,21 @@ const (
 	manifestLast  = 4
 )
 
-// validManifestChunkAt reports whether a legacy chunk with a correct
-// checksum starts at offset p of data, and whether it begins a record.
-func validManifestChunkAt(data []byte, p int) (ok, first bool) {
+// manifestChunkAt is chunkAt for the MANIFEST's legacy chunks.
+func manifestChunkAt(data []byte, p int) (ok, first bool, size int) {
 	if p+walLegacyHeaderSize > len(data) {
-		return false, false
+		return false, false, 0
 	}
 	typ := data[p+6]
 	if typ < manifestFull || typ > manifestLast {
-		return false, false
+		return false, false, 0
 	}
 	blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
 	end := p + walLegacyHeaderSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
 	if end > blockEnd || binary.LittleEndian.Uint32(data[p:p+4]) != walChecksum(data[p+6:end]) {
-		return false, false
+		return false, false, 0
 	}
-	return true, typ == manifestFull || typ == manifestFirst
-}
-
-// firstBadManifestChunk returns the offset of the first chunk of data that
-// fails its checks, or -1 when every chunk is valid up to the end.
-func firstBadManifestChunk(data []byte) int {
-	p := 0
-	for p < len(data) {
-		blockEnd := min(len(data), (p/walBlockSize+1)*walBlockSize)
-		if blockEnd-p < walLegacyHeaderSize && allZero(data[p:blockEnd]) {
-			p = blockEnd
-			continue
-		}
-		if ok, _ := validManifestChunkAt(data, p); !ok {
-			return p
-		}
-		p += walLegacyHeaderSize + int(binary.LittleEndian.Uint16(data[p+4:p+6]))
-	}
-	return -1
+	return true, typ == manifestFull || typ == manifestFirst, end - p
 }
 
 // checkManifestTail reads the current MANIFEST of dir (the one the newest
@@ -245,27 +247,9 @@ func checkManifestTail(fs vfs.FS, dir string) error {
 		return nil
 	}
 	path := fs.PathJoin(dir, name)
-	f, err := fs.Open(path)
-	if err != nil {
+	if _, err := fs.Stat(path); err != nil {
 		// A missing MANIFEST is Pebble's to report (missingPiece).
 		return nil
 	}
-	data, err := io.ReadAll(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("pebblestore: read %s: %w", path, err)
-	}
-	bad := firstBadManifestChunk(data)
-	if bad < 0 {
-		return nil
-	}
-	for p := bad + 1; p+walLegacyHeaderSize <= len(data); p++ {
-		if ok, first := validManifestChunkAt(data, p); ok && first {
-			return fmt.Errorf("pebblestore: %s: damaged MANIFEST record at offset %d is followed by a valid record at offset %d, so it was synced: %w",
-				path, bad, p, storage.ErrCorrupt)
-		}
-	}
-	return nil
+	return syncedDamage(fs, path, "MANIFEST", manifestChunkAt, walLegacyHeaderSize)
 }
