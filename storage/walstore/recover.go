@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -428,9 +429,23 @@ func openWAL(lg *zap.Logger, dir string, index, term uint64) (*wal.WAL, *raftpb.
 	}
 	w, err := readWAL(lg, dir, &walpb.Snapshot{Index: new(index), Term: new(term)})
 	if err != nil {
-		return nil, nil, nil, corrupt(dir, err)
+		return nil, nil, nil, openFailure(dir, err)
 	}
 	return w, r.hs, r.ents, nil
+}
+
+// openFailure classifies an error of etcd's wal.Open or ReadAll. A failure
+// to reach a file (a *fs.PathError from the file system: permission, a
+// read-only mount, too many open files) or a segment another process holds
+// locked (fileutil.ErrLocked) says nothing about the data and is returned as
+// an I/O error; anything else is the WAL's content failing a check (replay
+// read every segment before wal.Open) and wraps storage.ErrCorrupt.
+func openFailure(dir string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) || errors.Is(err, fileutil.ErrLocked) {
+		return fmt.Errorf("walstore: open the WAL in %s: %w", dir, err)
+	}
+	return corrupt(dir, err)
 }
 
 // readWAL opens the WAL and reads it to its end, which readies it for

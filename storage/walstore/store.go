@@ -170,8 +170,10 @@ func (s *Store) load() error {
 	s.removeLeftovers()
 
 	walDir := filepath.Join(s.dir, walDirName(m.walGen))
-	if _, err := os.Stat(walDir); err != nil {
+	if _, err := os.Stat(walDir); errors.Is(err, os.ErrNotExist) {
 		return corrupt(walDir, fmt.Errorf("the WAL named by %s: %w", metaName, err))
+	} else if err != nil {
+		return fmt.Errorf("walstore: %s: %w", walDir, err)
 	}
 	// etcd's WAL creates its next segment in walDir in the background and
 	// only reports a failure when it cuts to it: a directory it may not
