@@ -20,7 +20,7 @@ func benchCluster(b *testing.B) (*qlCluster, int) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := startQL(ctx, 3, b.TempDir())
+	c, err := startQL(ctx, 3, b.TempDir(), "")
 	if err != nil {
 		b.Fatal(err)
 	}

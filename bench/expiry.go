@@ -17,13 +17,13 @@ import (
 // stops heartbeating at once (Close sends no session close). It reports the
 // time from the moment the last session's TTL has passed on the leader
 // until every lock is seen free by linearizable Holder reads on the leader.
-func (qlSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
+func (s qlSystem) ExpiryStorm(ctx context.Context, p *params) (measure, error) {
 	dir, err := os.MkdirTemp(p.dir, "ours-")
 	if err != nil {
 		return measure{}, err
 	}
 	defer os.RemoveAll(dir)
-	c, err := startQL(ctx, 3, dir)
+	c, err := startQL(ctx, 3, dir, s.backend)
 	if err != nil {
 		return measure{}, err
 	}

@@ -15,13 +15,13 @@ import (
 // heartbeat streams) and, while nothing but heartbeats flows, counts the
 // acknowledged heartbeats (every change of a session's lease deadline is
 // one), the process CPU they cost, and the log entries added.
-func (qlSystem) Heartbeats(ctx context.Context, p *params) (measure, error) {
+func (s qlSystem) Heartbeats(ctx context.Context, p *params) (measure, error) {
 	dir, err := os.MkdirTemp(p.dir, "ours-")
 	if err != nil {
 		return measure{}, err
 	}
 	defer os.RemoveAll(dir)
-	c, err := startQL(ctx, 3, dir)
+	c, err := startQL(ctx, 3, dir, s.backend)
 	if err != nil {
 		return measure{}, err
 	}

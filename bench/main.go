@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/grpclog"
+
+	"github.com/quorumlock/quorumlock"
 )
 
 // params are the knobs of one run.
@@ -144,6 +146,7 @@ func main() {
 		etcdHB       = flag.Int("etcd-hb-sessions", 0, "override etcd's lease count in heartbeats (default 50,000; quick: as ours)")
 		etcdStorm    = flag.Int("etcd-storm-sessions", 0, "override etcd's lease count in expiry_storm (default 50,000; quick: as ours)")
 		repeats      = flag.Int("failover-repeats", 0, "failover repeats (default 10, quick 2)")
+		backend      = flag.String("backend", "pebble", "quorumlock's log backend (Config.LogBackend): pebble or wal")
 	)
 	flag.Parse()
 	// A finer heap sample than the default 512 KiB, for memory_1m's split
@@ -214,8 +217,11 @@ func main() {
 	if len(run) == 0 {
 		fatal(fmt.Errorf("no scenario matches %q", *only))
 	}
+	if b := quorumlock.LogBackend(*backend); b != quorumlock.LogPebble && b != quorumlock.LogWAL {
+		fatal(fmt.Errorf("-backend %q is neither %q nor %q", b, quorumlock.LogPebble, quorumlock.LogWAL))
+	}
 	var syss []system
-	for _, s := range []system{qlSystem{}, etcdSystem{}} {
+	for _, s := range []system{qlSystem{backend: quorumlock.LogBackend(*backend)}, etcdSystem{}} {
 		if slices.Contains(strings.Split(*systems, ","), s.Name()) {
 			syss = append(syss, s)
 		}

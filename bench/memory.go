@@ -19,13 +19,13 @@ import (
 // through quorumlock.Dial, so this process holds the three replicas and
 // nothing of the clients: the delta is the lock service's memory. Sessions
 // get the longest TTL so that heartbeats are rare.
-func (qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
+func (s qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
 	dir, err := os.MkdirTemp(p.dir, "ours-")
 	if err != nil {
 		return measure{}, err
 	}
 	defer os.RemoveAll(dir)
-	c, err := startQL(ctx, 3, dir)
+	c, err := startQL(ctx, 3, dir, s.backend)
 	if err != nil {
 		return measure{}, err
 	}

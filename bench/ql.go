@@ -15,24 +15,27 @@ import (
 )
 
 // qlSystem is quorumlock, driven through its public API only.
-type qlSystem struct{}
+type qlSystem struct {
+	backend quorumlock.LogBackend // Config.LogBackend ("" is the default, Pebble)
+}
 
 func (qlSystem) Name() string { return "ours" }
 
-func (qlSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
-	return startQL(ctx, n, dir)
+func (s qlSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
+	return startQL(ctx, n, dir, s.backend)
 }
 
 // qlCluster is n quorumlock replicas in this process, on loopback.
 type qlCluster struct {
-	reg   *prometheus.Registry // every replica's metrics (label member)
-	dir   string
-	peers map[uint64]string
-	nodes []*quorumlock.Node // nodes[i] has ID i+1; nil while stopped
+	reg     *prometheus.Registry // every replica's metrics (label member)
+	dir     string
+	backend quorumlock.LogBackend
+	peers   map[uint64]string
+	nodes   []*quorumlock.Node // nodes[i] has ID i+1; nil while stopped
 }
 
-func startQL(ctx context.Context, n int, dir string) (*qlCluster, error) {
-	c := &qlCluster{reg: prometheus.NewRegistry(), dir: dir, peers: map[uint64]string{}, nodes: make([]*quorumlock.Node, n)}
+func startQL(ctx context.Context, n int, dir string, backend quorumlock.LogBackend) (*qlCluster, error) {
+	c := &qlCluster{reg: prometheus.NewRegistry(), dir: dir, backend: backend, peers: map[uint64]string{}, nodes: make([]*quorumlock.Node, n)}
 	lis := make([]net.Listener, n)
 	for i := range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -82,6 +85,7 @@ func (c *qlCluster) config(i int, lis net.Listener) quorumlock.Config {
 		TickInterval:  tickInterval,
 		ElectionTicks: electionTicks,
 		Metrics:       c.reg,
+		LogBackend:    c.backend,
 	}
 }
 
