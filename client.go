@@ -302,9 +302,13 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 			actx, cancel := context.WithTimeout(ctx, c.opts.attemptLimit)
 			var final bool
 			final, err = attempt(actx, cc)
+			timedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 			cancel()
 			if final {
 				return err
+			}
+			if timedOut {
+				c.redial(addr, cc)
 			}
 		}
 		if ctx.Err() != nil {
@@ -542,6 +546,41 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// redial forgets cc, the connection to addr, after a request sent on it
+// went unanswered for its whole time: the next request to addr dials a
+// new connection. A connection that died silently (a middlebox that
+// dropped its state, a link that black-holed it, with no reset) is
+// otherwise used until gRPC's keepalive gives up on it, 10-20 s later,
+// and every heartbeat meanwhile goes into it: a session lost its lease
+// while the replica, leader or not, answered new connections at once (a
+// follower's NOT_LEADER hint sends the client back to the leader, over
+// the same dead connection). The streams on cc end now, so the calls and
+// batches waiting on them go on elsewhere; closing cc may wait (gRPC
+// gives its GOAWAY up to 5 s), so it is closed in the background.
+func (c *Client) redial(addr string, cc *grpc.ClientConn) {
+	c.mu.Lock()
+	if c.conns[addr] != cc {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.conns, addr)
+	ka, ps := c.ka[addr], c.ps[addr]
+	delete(c.ka, addr)
+	delete(c.ps, addr)
+	c.mu.Unlock()
+	if ka != nil {
+		ka.close()
+	}
+	if ps != nil {
+		ps.close()
+	}
+	if !c.hb.background(func() { cc.Close() }) {
+		// Closing: Close closes the connections it still holds, and
+		// this one no longer is among them.
+		cc.Close()
+	}
+}
+
 // propStream returns the Propose stream to addr, over cc, opening one
 // (for at most as long as ctx allows, and until abort closes) if there is
 // none or it broke.
@@ -688,9 +727,14 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 			// leader's table answers with its current outcome).
 			var final bool
 			final, err = attempt(actx, moved, cc, addr)
+			timedOut := !blocking && errors.Is(actx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 			cancel()
 			if final {
 				return err
+			}
+			if timedOut {
+				// Unanswered for the attempt limit: see redial.
+				c.redial(addr, cc)
 			}
 			if err == nil {
 				// Redirected: try the hint (or, without one, the next
@@ -750,6 +794,11 @@ func (c *Client) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 		c.mu.Unlock()
 		resp, err := s.send(ctx, ids)
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// No answer in the batch's whole time: the replica is
+				// silent, or the connection is dead without a reset.
+				c.redial(addr, cc)
+			}
 			c.rotate(addr)
 			return nil, nil, err
 		}

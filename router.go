@@ -139,11 +139,16 @@ func (r *router) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 			a, g, code, hint := r.n.svc.Heartbeat(ctx, ids)
 			resp = &lockpb.KeepAliveResponse{Alive: a, Expired: g, Code: code, LeaderHint: hint}
 		} else {
-			s, err := r.stream(target)
+			s, cc, err := r.stream(target)
 			if err != nil {
 				return nil, nil, err
 			}
 			if resp, err = s.send(ctx, ids); err != nil {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					// No answer in the batch's whole time: the leader is
+					// silent, or the connection died without a reset.
+					r.redial(target, cc)
+				}
 				return nil, nil, err
 			}
 		}
@@ -179,10 +184,10 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-func (r *router) stream(id uint64) (*kaStream, error) {
+func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 	cc, err := r.conn(id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -191,7 +196,35 @@ func (r *router) stream(id uint64) (*kaStream, error) {
 		s = newKAStream(cc)
 		r.ka[id] = s
 	}
-	return s, nil
+	return s, cc, nil
+}
+
+// redial forgets cc, the connection to replica id, after a heartbeat batch
+// sent on it went unanswered for its whole time, as Client.redial does: a
+// connection that died without a reset would otherwise carry every
+// heartbeat of this replica's sessions, and every forwarded call, until
+// gRPC's keepalive gives up on it (10-20 s), while a new connection to the
+// leader works. The streams on cc end now; cc is closed in the background.
+func (r *router) redial(id uint64, cc *grpc.ClientConn) {
+	r.mu.Lock()
+	if r.conns[id] != cc {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.conns, id)
+	ka, ps := r.ka[id], r.ps[id]
+	delete(r.ka, id)
+	delete(r.ps, id)
+	r.mu.Unlock()
+	if ka != nil {
+		ka.close()
+	}
+	if ps != nil {
+		ps.close()
+	}
+	if !r.n.hb.background(func() { cc.Close() }) {
+		cc.Close()
+	}
 }
 
 // propStream returns the Propose stream to replica id, opening one (for
