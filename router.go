@@ -40,12 +40,13 @@ type router struct {
 
 	mu    sync.Mutex
 	conns map[uint64]*grpc.ClientConn
+	heard map[*grpc.ClientConn]*connHeard
 	ka    map[uint64]*kaStream
 	ps    map[uint64]*propStream
 }
 
 func newRouter(n *Node) *router {
-	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), ka: make(map[uint64]*kaStream), ps: make(map[uint64]*propStream)}
+	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), heard: make(map[*grpc.ClientConn]*connHeard), ka: make(map[uint64]*kaStream), ps: make(map[uint64]*propStream)}
 }
 
 // retry backoff between attempts that found no leader: from minBackoff,
@@ -143,11 +144,12 @@ func (r *router) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 			if err != nil {
 				return nil, nil, err
 			}
+			sent := time.Now()
 			if resp, err = s.send(ctx, ids); err != nil {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 					// No answer in the batch's whole time: the leader is
 					// silent, or the connection died without a reset.
-					r.redial(target, cc)
+					r.redial(target, cc, sent)
 				}
 				return nil, nil, err
 			}
@@ -176,11 +178,13 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, errNoLeader
 	}
-	cc, err := grpc.NewClient(addr, dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer)...)
+	h := &connHeard{}
+	cc, err := grpc.NewClient(addr, append(dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer), grpc.WithStatsHandler(h))...)
 	if err != nil {
 		return nil, err
 	}
 	r.conns[id] = cc
+	r.heard[cc] = h
 	return cc, nil
 }
 
@@ -200,18 +204,20 @@ func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 }
 
 // redial forgets cc, the connection to replica id, after a heartbeat batch
-// sent on it went unanswered for its whole time, as Client.redial does: a
+// sent on it at sent went unanswered for its whole time and cc received
+// nothing since, as Client.redial does: a
 // connection that died without a reset would otherwise carry every
 // heartbeat of this replica's sessions, and every forwarded call, until
 // gRPC's keepalive gives up on it (10-20 s), while a new connection to the
 // leader works. The streams on cc end now; cc is closed in the background.
-func (r *router) redial(id uint64, cc *grpc.ClientConn) {
+func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
 	r.mu.Lock()
-	if r.conns[id] != cc {
+	if r.conns[id] != cc || r.heard[cc].heardSince(sent) {
 		r.mu.Unlock()
 		return
 	}
 	delete(r.conns, id)
+	delete(r.heard, cc)
 	ka, ps := r.ka[id], r.ps[id]
 	delete(r.ka, id)
 	delete(r.ps, id)
@@ -263,6 +269,7 @@ func (r *router) close() {
 	}
 	clear(r.ka)
 	clear(r.conns)
+	clear(r.heard)
 }
 
 // grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.
