@@ -526,3 +526,31 @@ func TestReviewOSilentlyDeadRouterConnectionKeepsSession(t *testing.T) {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 }
+
+// Invariant 5 for a leadership: a remote leader (Client.Elect) cut off
+// from the cluster by a black hole has its Done closed before the next
+// candidate, on a replica, is elected.
+func TestReviewOCutOffLeaderDoneBeforeNextElected(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	p := newTCPProxy(t, c.Peers()[lead])
+	cl := dial(t, []string{p.addr()}, quorumlock.WithSessionTTL(2*time.Second))
+	defer p.restore()
+	ctx := testCtx(t, 30*time.Second)
+	ld, err := cl.Elect(ctx, "sched", []byte("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.blackhole()
+	next, err := c.Node(lead).Elect(ctx, "sched", []byte("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Resign(ctx)
+	if !closed(ld.Done()) || ld.Context().Err() == nil {
+		t.Fatalf("epoch %d elected while the cut-off leader (epoch %d) still had a live Done", next.Epoch(), ld.Epoch())
+	}
+	if next.Epoch() <= ld.Epoch() {
+		t.Fatalf("epoch %d after %d", next.Epoch(), ld.Epoch())
+	}
+}
