@@ -42,6 +42,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn
+	heard   map[*grpc.ClientConn]*connHeard
 	ka      map[string]*kaStream
 	ps      map[string]*propStream
 	current int    // index in addrs of the replica tried first
@@ -144,6 +145,7 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 		opts:   o,
 		addrs:  append([]string(nil), addrs...),
 		conns:  make(map[string]*grpc.ClientConn),
+		heard:  make(map[*grpc.ClientConn]*connHeard),
 		ka:     make(map[string]*kaStream),
 		ps:     make(map[string]*propStream),
 		closed: make(chan struct{}),
@@ -534,12 +536,51 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		// be closed (Close marks the client closed before closeConns).
 		return nil, ErrClosed
 	}
-	cc, err := grpc.NewClient(addr, dialOptions(c.opts.tls, c.opts.dialer)...)
+	h := &connHeard{}
+	cc, err := grpc.NewClient(addr, append(dialOptions(c.opts.tls, c.opts.dialer), grpc.WithStatsHandler(h))...)
 	if err != nil {
 		return nil, err
 	}
 	c.conns[addr] = cc
+	c.heard[cc] = h
 	return cc, nil
+}
+
+// redial forgets cc, the connection to addr, after a heartbeat batch sent
+// on it at sent went unanswered for its whole time, unless cc received
+// anything since (connHeard: slow, not dead): the next request to addr
+// dials a new connection. A connection that died silently (a middlebox
+// that dropped its state, a link that black-holed it, with no reset) is
+// otherwise used until gRPC's keepalive gives up on it, 10-20 s later,
+// and every heartbeat meanwhile goes into it: a session lost its lease
+// while the replica, leader or not, answered new connections at once (a
+// follower's NOT_LEADER hint sends the client back to the leader, over
+// the same dead connection). The streams on cc end now, so the calls and
+// batches waiting on them go on elsewhere; closing cc may wait (gRPC
+// gives its GOAWAY up to 5 s), so it is closed in the background.
+func (c *Client) redial(addr string, cc *grpc.ClientConn, sent time.Time) {
+	c.mu.Lock()
+	if c.conns[addr] != cc || c.heard[cc].heardSince(sent) {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.conns, addr)
+	delete(c.heard, cc)
+	ka, ps := c.ka[addr], c.ps[addr]
+	delete(c.ka, addr)
+	delete(c.ps, addr)
+	c.mu.Unlock()
+	if ka != nil {
+		ka.close()
+	}
+	if ps != nil {
+		ps.close()
+	}
+	if !c.hb.background(func() { cc.Close() }) {
+		// Closing: Close closes the connections it still holds, and
+		// this one no longer is among them.
+		cc.Close()
+	}
 }
 
 // propStream returns the Propose stream to addr, over cc, opening one
@@ -564,6 +605,7 @@ func (c *Client) closeConns() {
 	clear(c.ka)
 	clear(c.ps)
 	clear(c.conns)
+	clear(c.heard)
 }
 
 // dialOptions are the options of every connection quorumlock opens to a
@@ -748,8 +790,14 @@ func (c *Client) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 			c.ka[addr] = s
 		}
 		c.mu.Unlock()
+		sent := time.Now()
 		resp, err := s.send(ctx, ids)
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// No answer in the batch's whole time: the replica is
+				// silent, or the connection is dead without a reset.
+				c.redial(addr, cc, sent)
+			}
 			c.rotate(addr)
 			return nil, nil, err
 		}

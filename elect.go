@@ -263,6 +263,7 @@ func (l *Leadership) Done() <-chan struct{} {
 	if l.nilLeadership() {
 		return closedChan
 	}
+	l.s.checkLeaseNow()
 	return l.ctx.Done()
 }
 
@@ -272,6 +273,7 @@ func (l *Leadership) Context() context.Context {
 	if l.nilLeadership() {
 		return endedCtx
 	}
+	l.s.checkLeaseNow()
 	return l.ctx
 }
 

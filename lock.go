@@ -63,6 +63,7 @@ func (l *Lock) Lost() <-chan struct{} {
 	if l.nilLock() {
 		return closedChan
 	}
+	l.s.checkLeaseNow()
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if l.lost == nil {

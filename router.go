@@ -40,12 +40,13 @@ type router struct {
 
 	mu    sync.Mutex
 	conns map[uint64]*grpc.ClientConn
+	heard map[*grpc.ClientConn]*connHeard
 	ka    map[uint64]*kaStream
 	ps    map[uint64]*propStream
 }
 
 func newRouter(n *Node) *router {
-	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), ka: make(map[uint64]*kaStream), ps: make(map[uint64]*propStream)}
+	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), heard: make(map[*grpc.ClientConn]*connHeard), ka: make(map[uint64]*kaStream), ps: make(map[uint64]*propStream)}
 }
 
 // retry backoff between attempts that found no leader: from minBackoff,
@@ -139,11 +140,17 @@ func (r *router) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 			a, g, code, hint := r.n.svc.Heartbeat(ctx, ids)
 			resp = &lockpb.KeepAliveResponse{Alive: a, Expired: g, Code: code, LeaderHint: hint}
 		} else {
-			s, err := r.stream(target)
+			s, cc, err := r.stream(target)
 			if err != nil {
 				return nil, nil, err
 			}
+			sent := time.Now()
 			if resp, err = s.send(ctx, ids); err != nil {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					// No answer in the batch's whole time: the leader is
+					// silent, or the connection died without a reset.
+					r.redial(target, cc, sent)
+				}
 				return nil, nil, err
 			}
 		}
@@ -171,18 +178,20 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, errNoLeader
 	}
-	cc, err := grpc.NewClient(addr, dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer)...)
+	h := &connHeard{}
+	cc, err := grpc.NewClient(addr, append(dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer), grpc.WithStatsHandler(h))...)
 	if err != nil {
 		return nil, err
 	}
 	r.conns[id] = cc
+	r.heard[cc] = h
 	return cc, nil
 }
 
-func (r *router) stream(id uint64) (*kaStream, error) {
+func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 	cc, err := r.conn(id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -191,7 +200,37 @@ func (r *router) stream(id uint64) (*kaStream, error) {
 		s = newKAStream(cc)
 		r.ka[id] = s
 	}
-	return s, nil
+	return s, cc, nil
+}
+
+// redial forgets cc, the connection to replica id, after a heartbeat batch
+// sent on it at sent went unanswered for its whole time and cc received
+// nothing since, as Client.redial does: a
+// connection that died without a reset would otherwise carry every
+// heartbeat of this replica's sessions, and every forwarded call, until
+// gRPC's keepalive gives up on it (10-20 s), while a new connection to the
+// leader works. The streams on cc end now; cc is closed in the background.
+func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
+	r.mu.Lock()
+	if r.conns[id] != cc || r.heard[cc].heardSince(sent) {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.conns, id)
+	delete(r.heard, cc)
+	ka, ps := r.ka[id], r.ps[id]
+	delete(r.ka, id)
+	delete(r.ps, id)
+	r.mu.Unlock()
+	if ka != nil {
+		ka.close()
+	}
+	if ps != nil {
+		ps.close()
+	}
+	if !r.n.hb.background(func() { cc.Close() }) {
+		cc.Close()
+	}
 }
 
 // propStream returns the Propose stream to replica id, opening one (for
@@ -230,6 +269,7 @@ func (r *router) close() {
 	}
 	clear(r.ka)
 	clear(r.conns)
+	clear(r.heard)
 }
 
 // grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.

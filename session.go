@@ -162,6 +162,7 @@ func (s *Session) Done() <-chan struct{} {
 	if s.nilSession() {
 		return closedChan
 	}
+	s.checkLeaseNow()
 	return s.done
 }
 
@@ -171,6 +172,7 @@ func (s *Session) Err() error {
 	if s.nilSession() {
 		return errNoSession
 	}
+	s.checkLeaseNow()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.endErr
@@ -208,6 +210,20 @@ func (s *Session) checkLease() {
 	}
 	s.mu.Unlock()
 	s.end(errLeaseRanOut, true)
+}
+
+// checkLeaseNow ends the session if its lease has run out on the clock
+// and the lease timer has not ended it yet: a timer fires late on a busy
+// runtime (or in a process that was paused), and until it does, Err, Done
+// and Lost would still vouch for a lease that is over (invariant 5: past
+// the deadline, every Lost is closed and calls return ErrSessionExpired).
+func (s *Session) checkLeaseNow() {
+	s.mu.Lock()
+	over := !s.ended && !s.clk.Now().Before(s.deadline)
+	s.mu.Unlock()
+	if over {
+		s.end(errLeaseRanOut, true)
+	}
 }
 
 // renewed records an acknowledged heartbeat sent at sent.
@@ -915,6 +931,13 @@ func waitCause(ctx context.Context) error {
 // release) is not returned: ErrNotHeld.
 func (s *Session) granted(name string, t Token) (*Lock, error) {
 	s.mu.Lock()
+	if !s.ended && !s.clk.Now().Before(s.deadline) {
+		// Answered after the lease ran out, before the lease timer
+		// fired: the grant is not the client's to use (checkLeaseNow).
+		s.mu.Unlock()
+		s.end(errLeaseRanOut, true)
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if s.ended {
 		return nil, s.endErr
