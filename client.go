@@ -302,8 +302,10 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 		cc, err := c.conn(addr)
 		if err == nil {
 			actx, cancel := context.WithTimeout(ctx, c.opts.attemptLimit)
+			sent := time.Now()
 			var final bool
 			final, err = attempt(actx, cc)
+			c.attemptEnded(ctx, actx, addr, cc, sent)
 			cancel()
 			if final {
 				return err
@@ -546,8 +548,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// redial forgets cc, the connection to addr, after a heartbeat batch sent
-// on it at sent went unanswered for its whole time, unless cc received
+// redial forgets cc, the connection to addr, after a heartbeat batch or a
+// request attempt sent on it at sent went unanswered for its whole time
+// (attemptEnded), unless cc received
 // anything since (connHeard: slow, not dead): the next request to addr
 // dials a new connection. A connection that died silently (a middlebox
 // that dropped its state, a link that black-holed it, with no reset) is
@@ -580,6 +583,23 @@ func (c *Client) redial(addr string, cc *grpc.ClientConn, sent time.Time) {
 		// Closing: Close closes the connections it still holds, and
 		// this one no longer is among them.
 		cc.Close()
+	}
+}
+
+// attemptEnded is called when an attempt sent on cc at sent returned. A
+// Client without sessions sends no heartbeats, so its requests are what
+// notice a connection that died without a reset: if the attempt's own
+// limit ended it (not the caller's ctx), the replica did not answer in
+// twice the election timeout, and cc is dialled again unless it received
+// anything meanwhile (redial). Without this, every request went back into
+// the dead connection, by the leader hints of the other replicas, until
+// gRPC's keepalive gave up on it (10-20 s). With sessions, the heartbeats
+// are the probe (keepAlive): a request slower than its attempt limit on a
+// slow link that still delivers must not break the heartbeat stream
+// sharing its connection.
+func (c *Client) attemptEnded(ctx, actx context.Context, addr string, cc *grpc.ClientConn, sent time.Time) {
+	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) && c.hb.idle() {
+		c.redial(addr, cc, sent)
 	}
 }
 
@@ -728,8 +748,10 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 			// takes; if the heartbeats find another leader meanwhile
 			// (moved), it is re-sent there (same session and seq: the new
 			// leader's table answers with its current outcome).
+			sent := time.Now()
 			var final bool
 			final, err = attempt(actx, moved, cc, addr)
+			c.attemptEnded(ctx, actx, addr, cc, sent)
 			cancel()
 			if final {
 				return err

@@ -62,6 +62,13 @@ func (h *heartbeater) remove(s *Session) {
 	h.mu.Unlock()
 }
 
+// idle reports whether no session is kept alive: no heartbeat goes out.
+func (h *heartbeater) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions) == 0
+}
+
 func (h *heartbeater) poke() {
 	select {
 	case h.wake <- struct{}{}:

@@ -554,3 +554,49 @@ func TestReviewOCutOffLeaderDoneBeforeNextElected(t *testing.T) {
 		t.Fatalf("epoch %d after %d", next.Epoch(), ld.Epoch())
 	}
 }
+
+// A Client without sessions sends no heartbeats, so its requests are what
+// notice a connection to the leader that died without a reset: a request
+// attempt unanswered for its whole limit, on a connection that heard
+// nothing meanwhile, dials again. Before, NewSession, Holder and every
+// other call went back into the dead connection (the
+// followers' leader hints name the leader) until gRPC's keepalive gave up
+// on it, 10-20 s later.
+func TestSilentlyDeadConnectionOfSessionlessClient(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(5 * time.Second)
+	ps, dialer := proxies(t, c)
+	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithDialer(dialer))
+	ctx := testCtx(t, 30*time.Second)
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"NewSession", func(ctx context.Context) error {
+			s, err := cl.NewSession(ctx)
+			if err == nil {
+				err = s.Close(ctx)
+			}
+			return err
+		}},
+		{"Holder", func(ctx context.Context) error { _, err := cl.Holder(ctx, "x"); return err }},
+	} {
+		ps[lead].sever()
+		// dial's attempt limit is twice its 100 ms election timeout:
+		// one attempt into the dead connection, then a new one. gRPC's
+		// keepalive would take 10-20 s.
+		cctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+		err := call.do(cctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s after the connection to the leader died silently: %v", call.name, err)
+		}
+	}
+}
