@@ -96,7 +96,7 @@ func TestReviewNLongRunReturnsToBounds(t *testing.T) {
 		o    opener
 		sz   any
 	}{{"follower", f, f}, {"client", cl, cl}}
-	const warm, rounds = 5, 300
+	const warm, rounds = 5, 300 / reviewNScale
 	for _, o := range openers {
 		for i := range warm {
 			reviewNRound(t, o.o, i)

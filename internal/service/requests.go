@@ -175,6 +175,9 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	select {
 	case o = <-reqc:
 	case <-ctx.Done():
+		if cmd.Op == fsm.OpOpenSession {
+			s.abandonOpen(key, reqc)
+		}
 		return nil, ctx.Err()
 	case <-s.raft.Done():
 		return s.notLeader(), nil
@@ -224,6 +227,9 @@ func (s *Service) refuse(key reqKey, reqc chan outcome) {
 	if s.dropRequest(key, reqc) {
 		reqc <- outcome{notLeader: true}
 	} // else answered already (an earlier copy of the request applied)
+	if key.session == 0 {
+		delete(s.abandonedOpens, key.seq) // never in the log
+	}
 }
 
 // dropRequest removes the waiter reqc of the request key and reports

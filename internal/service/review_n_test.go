@@ -168,3 +168,45 @@ func TestReviewNServiceMapsReturnToEmpty(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestReviewNAbandonedOpenExpiresAtOnce: an open whose proposer stops
+// waiting before the entry applies (a client's attempt timed out under
+// load; it sends a new open) opens a session nobody can learn the ID of.
+// The leader expires it at its next scan instead of keeping it, and its
+// place under MaxSessions, for its TTL: before, a client opening
+// thousands of sessions at once left almost as many such sessions, and
+// NewSession got ErrLimit with far fewer than MaxSessions in use.
+func TestReviewNAbandonedOpenExpiresAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.raf.mu.Lock()
+	h.raf.hold = true
+	h.raf.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := h.svc.Propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: time.Hour.Milliseconds()}); err == nil {
+		t.Fatal("an open whose entry never applied returned no error")
+	}
+	h.raf.mu.Lock()
+	h.raf.hold = false
+	h.raf.mu.Unlock()
+	h.raf.commitPending()
+	if n, _ := h.svc.Counts(); n != 1 {
+		t.Fatalf("%d sessions after the abandoned open applied, want 1", n)
+	}
+	// A session opened meanwhile for a proposer that waits is kept.
+	kept := h.open(time.Hour)
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if n, _ := h.svc.Counts(); n != 1 || !h.live(kept) {
+		t.Fatalf("after the next scan: %d sessions (the awaited one live: %v), want only the awaited one", n, h.live(kept))
+	}
+	if sz := h.svc.reviewNSizes(); sz["last"] != 1 || sz["expiring"] != 0 {
+		t.Fatalf("sizes after the expiry: %v", sz)
+	}
+	h.svc.mu.Lock()
+	left := len(h.svc.abandonedOpens)
+	h.svc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d abandoned opens still recorded", left)
+	}
+}
