@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/internal/service"
 	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
 
@@ -211,4 +213,69 @@ func TestReviewNTimedOutOpensLeaveNoSessions(t *testing.T) {
 		t.Skipf("the leader changed under the load (term %d to %d): %d sessions opened, the cluster holds %d", term, after, opened.Load(), live)
 	}
 	t.Fatalf("%d sessions opened, the cluster holds %d 5 s later", opened.Load(), live)
+}
+
+// TestReviewNDuplicateCallsOnOneStreamBounded: a client that sends 20,000
+// copies of one waiting acquire (same session and seq) on one propose
+// stream gets CODE_LIMIT for all but service.MaxCopiesInFlight of them:
+// the leader keeps a bounded number of goroutines and log entries for
+// them. Before, it ran 20,000 goroutines (50,000 copies: +50,000
+// goroutines, +89 MB of heap) and logged 20,000 entries.
+func TestReviewNDuplicateCallsOnOneStreamBounded(t *testing.T) {
+	const copies = 20000 / reviewNScale
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	lead := c.WaitLeader(10 * time.Second)
+	lc := dialLeader(t, c.Node(lead))
+	ctx := testCtx(t, 15*time.Second)
+	open := func() uint64 {
+		r, err := lc.Propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: 60_000})
+		if err != nil || r.GetCode() != lockpb.Code_CODE_OK {
+			t.Fatalf("open: %v, %v", r, err)
+		}
+		return r.GetSession()
+	}
+	a, b := open(), open()
+	if r, err := lc.Propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Done: 1, Name: "x"}); err != nil || r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("acquire: %v, %v", r, err)
+	}
+	commit0 := c.Node(lead).Status().Commit
+	g0 := reviewNGoroutines()
+	st, err := lc.ProposeStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < copies; i += 500 {
+		var calls []*lockpb.ProposeCall
+		for j := i; j < i+500; j++ {
+			calls = append(calls, &lockpb.ProposeCall{Id: uint64(j + 1), Request: &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: b, Seq: 1, Done: 1, Name: "x"}})
+		}
+		if err := st.Send(&lockpb.ProposeCalls{Calls: calls}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limited := 0
+	for limited < copies-service.MaxCopiesInFlight {
+		in, err := st.Recv()
+		if err != nil {
+			t.Fatalf("after %d CODE_LIMIT answers: %v", limited, err)
+		}
+		for _, r := range in.GetReplies() {
+			switch code := r.GetResponse().GetCode(); code {
+			case lockpb.Code_CODE_LIMIT:
+				limited++
+			case lockpb.Code_CODE_NOT_LEADER, lockpb.Code_CODE_UNAVAILABLE:
+				// The waiting copies are answered so at a leader
+				// change (-race on a loaded machine).
+				t.Skipf("the leader changed under the load (%v)", code)
+			default:
+				t.Fatalf("copy %d answered %v while the lock is held", r.GetId(), r.GetResponse())
+			}
+		}
+	}
+	if g := reviewNGoroutines(); g > g0+service.MaxCopiesInFlight+50 {
+		t.Errorf("goroutines: %d with %d copies of one waiting acquire sent, %d before", g, copies, g0)
+	}
+	if d := c.Node(lead).Status().Commit - commit0; d > service.MaxCopiesInFlight+50 {
+		t.Errorf("%d entries logged for %d copies of one request", d, copies)
+	}
 }

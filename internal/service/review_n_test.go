@@ -67,7 +67,7 @@ func (s *Service) reviewNSizes() map[string]int {
 		grants += len(byName) + 1
 	}
 	return map[string]int{
-		"requests": len(s.requests), "grants": grants, "grantOf": len(s.grantOf),
+		"requests": len(s.requests), "grants": grants, "grantOf": len(s.grantOf), "waitCopies": len(s.waitCopies),
 		"armed": len(s.armed), "deferred": len(s.deferred), "watchers": len(s.watchers),
 		"last": len(s.last), "expiring": len(s.expiring),
 		"sessions": s.m.NumSessions(), "locks": s.m.NumLocks(),
@@ -208,5 +208,60 @@ func TestReviewNAbandonedOpenExpiresAtOnce(t *testing.T) {
 	h.svc.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d abandoned opens still recorded", left)
+	}
+}
+
+// TestReviewNCopiesOfOneRequestBounded: copies of one request (session,
+// seq) waiting at once are bounded by MaxCopiesInFlight; one more is
+// answered CODE_LIMIT at once and proposes nothing, and the waiting
+// copies are all answered when the request applies. Before, every copy
+// proposed an entry and waited (on a stream, in a goroutine of its own),
+// without bound.
+func TestReviewNCopiesOfOneRequestBounded(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Hour)
+	h.raf.mu.Lock()
+	h.raf.hold = true
+	h.raf.mu.Unlock()
+	req := &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Done: 1, Name: "x"}
+	var got []<-chan *lockpb.Response
+	for range MaxCopiesInFlight {
+		got = append(got, h.proposeAsync(req))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.svc.mu.Lock()
+		n := len(h.svc.requests[reqKey{id, 1}])
+		h.svc.mu.Unlock()
+		if n == MaxCopiesInFlight {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d copies waiting, want %d", n, MaxCopiesInFlight)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.raf.mu.Lock()
+	proposed := len(h.raf.pending)
+	h.raf.mu.Unlock()
+	if r := h.propose(req); r.GetCode() != lockpb.Code_CODE_LIMIT {
+		t.Fatalf("copy %d: %v, want CODE_LIMIT", MaxCopiesInFlight+1, r)
+	}
+	h.raf.mu.Lock()
+	if len(h.raf.pending) != proposed {
+		t.Errorf("the refused copy proposed an entry")
+	}
+	h.raf.hold = false
+	h.raf.mu.Unlock()
+	h.raf.commitPending()
+	for i, c := range got {
+		select {
+		case r := <-c:
+			if r.GetCode() != lockpb.Code_CODE_OK {
+				t.Fatalf("copy %d: %v", i, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("copy %d not answered", i)
+		}
 	}
 }

@@ -129,6 +129,9 @@ type Service struct {
 	// when it applies instead of holding a place under MaxSessions for
 	// its TTL.
 	abandonedOpens map[uint64]struct{}
+	// waitCopies counts the copies of each blocking acquire (session,
+	// seq) in Propose, until they return (see MaxCopiesInFlight).
+	waitCopies map[reqKey]int
 }
 
 // deferredAcquire is a waiting acquire that was proposed with
@@ -187,6 +190,7 @@ func New(cfg Config) *Service {
 		readyC:   make(chan struct{}),
 
 		abandonedOpens: make(map[uint64]struct{}),
+		waitCopies:     make(map[reqKey]int),
 	}
 }
 
