@@ -91,7 +91,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 	}
 	m := &nodeMetrics{
 		reg:          reg,
-		requests:     prometheus.NewCounterVec(prometheus.CounterOpts(opts("requests_total", "Session requests (open, acquire, release, withdraw, close, proclaim, revoke) this replica served as the leader or refused, by op and result code (canceled: the caller's context ended).")), []string{"op", "code"}),
+		requests:     prometheus.NewCounterVec(prometheus.CounterOpts(opts("requests_total", "Session requests (open, acquire, release, withdraw, close, proclaim, revoke; unknown: an op the protocol does not name) this replica served as the leader or refused, by op and result code (canceled: the caller's context ended).")), []string{"op", "code"}),
 		requestTime:  prometheus.NewHistogramVec(hist("request_seconds", "Time from a session request's arrival to its answer at this replica (a blocking acquire includes its wait in the queue), by op."), []string{"op"}),
 		heartbeats:   prometheus.NewCounterVec(prometheus.CounterOpts(opts("heartbeats_total", "Session heartbeats this replica answered as the leader, by result (alive: acknowledged after a leadership confirmation; gone: the session had ended).")), []string{"result"}),
 		expired:      prometheus.NewCounter(prometheus.CounterOpts(opts("expired_sessions_total", "Sessions this replica, as the leader, proposed to expire (TTL passed without a heartbeat)."))),
@@ -156,6 +156,13 @@ func (m *nodeMetrics) serviceHooks() service.Hooks {
 	}
 	return service.Hooks{
 		Request: func(op lockpb.Op, resp *lockpb.Response, err error, d time.Duration) {
+			// An op no client should send (any int32 a peer may put on
+			// the wire) counts under one label: a label per value would
+			// let one client grow the registry, and the leader's
+			// memory, without bound.
+			if _, known := lockpb.Op_name[int32(op)]; !known {
+				op = opUnknown
+			}
 			k := requestKey{op: int32(op), result: resultCanceled}
 			if err == nil {
 				k.result = int32(resp.GetCode())
@@ -197,7 +204,14 @@ func (m *nodeMetrics) onSnapshot() func(int) {
 
 // opLabel and codeLabel are the lower-case names without the enum prefix:
 // OP_ACQUIRE -> acquire, CODE_NOT_LEADER -> not_leader.
+// opUnknown stands for every op value lockpb does not name (see
+// serviceHooks); it is labelled "unknown".
+const opUnknown lockpb.Op = -1
+
 func opLabel(op lockpb.Op) string {
+	if op == opUnknown {
+		return "unknown"
+	}
 	return lower(op.String(), "OP_")
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -26,7 +27,30 @@ type propStream struct {
 	queue   []*lockpb.ProposeCall
 	kick    chan struct{} // capacity 1: the queue has calls
 	err     error
+	// abandonedOpens holds the ids of session opens abandoned while
+	// their answers may still come (sent, or in flight back): the
+	// cluster may have opened a session whose ID only that answer tells,
+	// so it is closed when the answer comes (see recvLoop). Most never
+	// get an answer (the replica saw the cancel first and expires the
+	// session itself), so an id is forgotten after abandonedOpenTTL, and
+	// the oldest first past maxAbandonedOpens (abandonedOrder lists them
+	// in the order they were abandoned); a session whose answer comes
+	// later expires after its TTL.
+	abandonedOpens map[uint64]struct{}
+	abandonedOrder []abandonedOpen
 }
+
+type abandonedOpen struct {
+	id uint64
+	at time.Time
+}
+
+// Bounds of propStream.abandonedOpens. An abandoned open's answer, if it
+// comes, was in flight already.
+const (
+	abandonedOpenTTL  = 10 * time.Second
+	maxAbandonedOpens = 1 << 16
+)
 
 var (
 	errEmptyReply    = errors.New("quorumlock: reply without a response")
@@ -131,22 +155,78 @@ func (s *propStream) call(ctx context.Context, abort <-chan struct{}, req *lockp
 		}
 		return resp, nil
 	case <-ctx.Done():
-		s.abandon(id)
+		s.abandon(id, req, c)
 		return nil, ctx.Err()
 	case <-abort:
-		s.abandon(id)
+		s.abandon(id, req, c)
 		return nil, errAborted
 	}
 }
 
-// abandon stops waiting for call id and tells the server to stop too.
-func (s *propStream) abandon(id uint64) {
+// abandon stops waiting for call id (of req, answered on c) and tells the
+// server to stop too.
+func (s *propStream) abandon(id uint64, req *lockpb.Request, c chan *lockpb.Response) {
+	open := req.GetOp() == lockpb.Op_OP_OPEN_SESSION
 	s.mu.Lock()
 	if _, waiting := s.waiters[id]; waiting && s.err == nil {
 		delete(s.waiters, id)
 		s.queue = append(s.queue, &lockpb.ProposeCall{Id: id, Cancel: true})
+		if open {
+			s.rememberAbandonedLocked(id)
+		}
+	} else if open && s.err == nil {
+		// Answered as the call gave up: the answer is in c, unread.
+		select {
+		case resp, ok := <-c:
+			if ok {
+				s.closeOpenedLocked(resp)
+			}
+		default:
+		}
 	}
 	s.mu.Unlock()
+	s.wake()
+}
+
+// rememberAbandonedLocked records the abandoned open id (see
+// abandonedOpens), forgetting those past the bounds. s.mu is held.
+func (s *propStream) rememberAbandonedLocked(id uint64) {
+	now := time.Now()
+	drop := 0
+	for drop < len(s.abandonedOrder) && (len(s.abandonedOrder)-drop >= maxAbandonedOpens || now.Sub(s.abandonedOrder[drop].at) > abandonedOpenTTL) {
+		delete(s.abandonedOpens, s.abandonedOrder[drop].id)
+		drop++
+	}
+	s.abandonedOrder = append(s.abandonedOrder[drop:], abandonedOpen{id, now})
+	if s.abandonedOpens == nil {
+		s.abandonedOpens = make(map[uint64]struct{})
+	}
+	s.abandonedOpens[id] = struct{}{}
+}
+
+// closeAbandonedLocked closes the session opened by the abandoned call id,
+// if it was an open (see abandonedOpens) answered with a session. s.mu is
+// held.
+func (s *propStream) closeAbandonedLocked(id uint64, resp *lockpb.Response) {
+	if _, ok := s.abandonedOpens[id]; !ok {
+		return
+	}
+	delete(s.abandonedOpens, id)
+	s.closeOpenedLocked(resp)
+}
+
+// closeOpenedLocked closes the session that resp, the answer to an open
+// nobody reads, opened, if any. s.mu is held.
+func (s *propStream) closeOpenedLocked(resp *lockpb.Response) {
+	if resp.GetCode() != lockpb.Code_CODE_OK || resp.GetSession() == 0 {
+		return
+	}
+	// Nobody waits for the answer: the session's first request, closing
+	// it, frees its place under MaxSessions at once.
+	s.next++
+	s.queue = append(s.queue, &lockpb.ProposeCall{Id: s.next, Request: &lockpb.Request{
+		Op: lockpb.Op_OP_CLOSE_SESSION, Session: resp.GetSession(), Seq: 1, Done: 1, Listed: true,
+	}})
 	s.wake()
 }
 
@@ -210,6 +290,8 @@ func (s *propStream) recvLoop(st lockpb.Lock_ProposeStreamClient) {
 			if c, ok := s.waiters[r.GetId()]; ok {
 				delete(s.waiters, r.GetId())
 				c <- r.GetResponse()
+			} else if len(s.abandonedOpens) > 0 {
+				s.closeAbandonedLocked(r.GetId(), r.GetResponse())
 			}
 		}
 		s.mu.Unlock()

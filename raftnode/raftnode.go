@@ -310,6 +310,10 @@ type readRequest struct {
 	done  chan struct{}
 	index uint64
 	err   error
+	// abandoned: the caller stopped waiting (its ctx ended). The loop
+	// drops such a request instead of carrying it into another round
+	// (see keepReads), closing done.
+	abandoned atomic.Bool
 }
 
 type readRound struct {
@@ -708,7 +712,10 @@ func (n *Node) ReleaseDeferred() {
 // ctx ends (ctx's error), or the node stops (ErrStopped); rounds without an
 // answer for an election timeout are retried.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
-	r := &readRequest{done: make(chan struct{})}
+	return n.readIndex(ctx, &readRequest{done: make(chan struct{})})
+}
+
+func (n *Node) readIndex(ctx context.Context, r *readRequest) (uint64, error) {
 	select {
 	case n.readc <- r:
 	case <-ctx.Done():
@@ -720,6 +727,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	case <-r.done:
 		return r.index, r.err
 	case <-ctx.Done():
+		r.abandoned.Store(true)
 		return 0, ctx.Err()
 	case <-n.donec:
 		return 0, ErrStopped
@@ -1211,6 +1219,9 @@ func (n *Node) issueReads() {
 	if len(n.pending) == 0 {
 		return
 	}
+	if n.pending = keepReads(n.pending); len(n.pending) == 0 {
+		return
+	}
 	n.readSeq++
 	n.inflight[n.readSeq] = &readRound{reqs: n.pending}
 	n.pending = nil
@@ -1226,9 +1237,28 @@ func (n *Node) tickReads() {
 		r.issued++
 		if r.issued >= n.cfg.ElectionTicks {
 			delete(n.inflight, seq)
-			n.pending = append(n.pending, r.reqs...)
+			n.pending = append(n.pending, keepReads(r.reqs)...)
 		}
 	}
+}
+
+// keepReads returns the requests of reqs whose callers still wait, in
+// reqs' backing array; the abandoned ones are closed. Without it, a
+// replica that finds no leader for long (a partition) carried every read
+// ever asked of it from one retried round to the next: memory, and a
+// round's work, growing with each call whose ctx ended meanwhile.
+func keepReads(reqs []*readRequest) []*readRequest {
+	kept := reqs[:0]
+	for _, q := range reqs {
+		if q.abandoned.Load() {
+			q.err = context.Canceled
+			close(q.done)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	clear(reqs[len(kept):])
+	return kept
 }
 
 func (n *Node) failReads(err error) {
@@ -1399,7 +1429,7 @@ func (n *Node) commit(rd *raft.Ready) {
 	if rd.SoftState != nil && rd.SoftState.Lead != 0 && len(n.inflight) > 0 {
 		for seq, r := range n.inflight {
 			delete(n.inflight, seq)
-			n.pending = append(n.pending, r.reqs...)
+			n.pending = append(n.pending, keepReads(r.reqs)...)
 		}
 		n.issueReads()
 	}

@@ -125,6 +125,16 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	default:
 		key = reqKey{cmd.Session, cmd.Seq}
 	}
+	copies := len(s.requests[key])
+	if waitGrant {
+		// A copy answered queued waits on for the grant, out of
+		// s.requests.
+		copies = s.waitCopies[key]
+	}
+	if copies >= MaxCopiesInFlight {
+		s.mu.Unlock()
+		return &lockpb.Response{Code: lockpb.Code_CODE_LIMIT, Message: fmt.Sprintf("more than %d copies of this request in flight", MaxCopiesInFlight)}, nil
+	}
 	s.requests[key] = append(s.requests[key], reqc)
 	// An acquire that will wait behind another session's hold can only be
 	// granted by an entry proposed later (a release, an expiry): raft may
@@ -139,6 +149,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	deferred := false
 	var epoch uint64
 	if waitGrant {
+		s.waitCopies[key]++
 		if h := s.m.HolderID(cmd.Name); h != 0 && h != cmd.Session {
 			deferred = true
 			epoch = s.raft.DeferEpoch()
@@ -175,6 +186,9 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	select {
 	case o = <-reqc:
 	case <-ctx.Done():
+		if cmd.Op == fsm.OpOpenSession {
+			s.abandonOpen(key, reqc)
+		}
 		return nil, ctx.Err()
 	case <-s.raft.Done():
 		return s.notLeader(), nil
@@ -194,6 +208,16 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	}
 	return ResponseOf(o.res), nil
 }
+
+// MaxCopiesInFlight bounds the copies of one request (session, seq)
+// waiting for their answer at once: a client re-sends a request only
+// after it gave up on the copy before (a timeout, a leader change), so it
+// has one or two in flight. Each copy costs the leader a log entry, a
+// waiter and, on a stream, a goroutine: without a bound, one client could
+// send 50,000 copies of a waiting acquire on one stream and cost the
+// leader 50,000 goroutines and entries (found by review N). A copy past
+// it is answered CODE_LIMIT and proposes nothing.
+const MaxCopiesInFlight = 64
 
 // MaxListed bounds the requests in flight a request may list
 // (lockpb.Request.pending). It is the fsm's bound on a session's
@@ -224,6 +248,9 @@ func (s *Service) refuse(key reqKey, reqc chan outcome) {
 	if s.dropRequest(key, reqc) {
 		reqc <- outcome{notLeader: true}
 	} // else answered already (an earlier copy of the request applied)
+	if key.session == 0 {
+		delete(s.abandonedOpens, key.seq) // never in the log
+	}
 }
 
 // dropRequest removes the waiter reqc of the request key and reports
@@ -249,6 +276,9 @@ func (s *Service) unregister(key reqKey, reqc chan outcome, session uint64, name
 	delete(s.armed, grantc)
 	s.dropRequest(key, reqc)
 	if grantc != nil {
+		if s.waitCopies[key]--; s.waitCopies[key] <= 0 {
+			delete(s.waitCopies, key)
+		}
 		if byName := s.grants[session]; byName != nil {
 			byName[name] = slicesDelete(byName[name], grantc)
 			if len(byName[name]) == 0 {

@@ -121,6 +121,17 @@ type Service struct {
 	stopc    chan struct{}
 	stopOnce sync.Once
 	runDone  chan struct{}
+
+	// abandonedOpens holds the nonces of OpOpenSession entries this
+	// leadership proposed whose proposer stopped waiting before they
+	// applied (its ctx ended: a client's attempt timed out, and it sends
+	// a new open). Nobody can learn such a session's ID, so it is expired
+	// when it applies instead of holding a place under MaxSessions for
+	// its TTL.
+	abandonedOpens map[uint64]struct{}
+	// waitCopies counts the copies of each blocking acquire (session,
+	// seq) in Propose, until they return (see MaxCopiesInFlight).
+	waitCopies map[reqKey]int
 }
 
 // deferredAcquire is a waiting acquire that was proposed with
@@ -177,6 +188,9 @@ func New(cfg Config) *Service {
 		stopc:    make(chan struct{}),
 		runDone:  make(chan struct{}),
 		readyC:   make(chan struct{}),
+
+		abandonedOpens: make(map[uint64]struct{}),
+		waitCopies:     make(map[reqKey]int),
 	}
 }
 
@@ -222,8 +236,14 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		case fsm.OpRevoke:
 			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpOpenSession:
+			_, abandoned := s.abandonedOpens[cmd.Nonce]
+			delete(s.abandonedOpens, cmd.Nonce)
 			if res.Code == fsm.CodeOK && s.ready {
-				s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
+				if abandoned {
+					s.expireSoon(res.Session)
+				} else {
+					s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
+				}
 			}
 			s.deliver(reqKey{0, cmd.Nonce}, res)
 		case fsm.OpExpire:
@@ -341,6 +361,7 @@ func (s *Service) LeaderLost() {
 	clear(s.last)
 	clear(s.expiring)
 	clear(s.deferred) // raftnode refuses the held ones (ErrNotLeader)
+	clear(s.abandonedOpens)
 	s.timers.clear()
 	for k, cs := range s.requests {
 		for _, c := range cs {
@@ -370,6 +391,53 @@ func (s *Service) touch(id uint64, ttl time.Duration, now time.Time) {
 	}
 	s.last[id] = now
 	s.timers.push(id, ttl, now)
+}
+
+// expireSoon has the next scan expire session id, which nobody can use
+// (see abandonedOpens). s.mu is held and s.ready is true.
+func (s *Service) expireSoon(id uint64) {
+	now := s.clk.Now()
+	s.last[id] = now
+	s.timers.push(id, -1, now) // due at once: a TTL below zero
+}
+
+// abandonOpen records that the proposer of the OpOpenSession request key
+// stopped waiting for its answer (on reqc): the session it opens, if the
+// entry applies, is expired at once (see abandonedOpens). An answer that
+// came meanwhile is lost with reqc, so its session is expired now.
+func (s *Service) abandonOpen(key reqKey, reqc chan outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		return // a leadership that ended: the next one knows nothing of it
+	}
+	if s.dropRequest(key, reqc) {
+		s.abandonedOpens[key.seq] = struct{}{}
+		return
+	}
+	select {
+	case o := <-reqc:
+		if !o.notLeader && o.res.Code == fsm.CodeOK {
+			s.expireUnusedLocked(o.res.Session)
+		}
+	default:
+	}
+}
+
+// expireUnused expires session id, just opened, whose ID its proposer was
+// never told (the call was cancelled as the answer came).
+func (s *Service) expireUnused(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ready {
+		s.expireUnusedLocked(id)
+	}
+}
+
+func (s *Service) expireUnusedLocked(id uint64) {
+	if _, live := s.m.Session(id); live && !s.expiring[id] {
+		s.expireSoon(id)
+	}
 }
 
 // expireDue proposes one Expire entry for every session whose TTL has passed

@@ -134,6 +134,10 @@ func (s *Service) ProposeStream(stream lockpb.Lock_ProposeStreamServer) error {
 				// cancelled (no answer wanted) or the stream is ending.
 				if err == nil && !cancelled {
 					reply(&lockpb.ProposeReply{Id: id, Response: resp})
+				} else if err == nil && req.GetOp() == lockpb.Op_OP_OPEN_SESSION && resp.GetCode() == lockpb.Code_CODE_OK {
+					// Opened as the client gave up: nobody learns the
+					// session's ID.
+					s.expireUnused(resp.GetSession())
 				}
 			}(c.GetRequest())
 		}
