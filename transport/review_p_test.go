@@ -4,7 +4,9 @@ package transport_test
 // test kills a mutation that the earlier tests let through.
 
 import (
+	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3"
@@ -83,6 +85,31 @@ func TestReviewPSnapshotAckVerified(t *testing.T) {
 			}
 			if st := n.tr.Stats(); st.SnapshotsSent != 0 || st.SnapshotsFailed != 1 || st.OutboundRejected == 0 {
 				t.Errorf("stats %+v: want the snapshot failed as rejected", st)
+			}
+		})
+	}
+}
+
+// New refuses each bad field with ErrInvalidConfig naming that field (ID 0
+// by the ID check, not only because Peers lacks it).
+func TestReviewPNewNamesTheField(t *testing.T) {
+	h := func(*raftpb.Message) {}
+	peers := map[uint64]string{1: "127.0.0.1:1", 2: "127.0.0.1:2"}
+	for _, tc := range []struct {
+		want string
+		cfg  transport.Config
+	}{
+		{"ID is 0", transport.Config{ClusterID: 1, Peers: map[uint64]string{0: "", 2: "127.0.0.1:2"}, Handler: h}},
+		{"MaxSnapshotBytes", transport.Config{ClusterID: 1, ID: 1, Peers: peers, Handler: h, MaxSnapshotBytes: -1}},
+		{"SnapshotStallTimeout", transport.Config{ClusterID: 1, ID: 1, Peers: peers, Handler: h, SnapshotStallTimeout: -1}},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			tr, err := transport.New(tc.cfg)
+			if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				if tr != nil {
+					tr.Close()
+				}
+				t.Fatalf("New: %v, want ErrInvalidConfig naming %s", err, tc.want)
 			}
 		})
 	}
