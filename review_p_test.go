@@ -13,7 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/storage"
+	"github.com/quorumlock/quorumlock/storage/pebblestore"
+	"github.com/quorumlock/quorumlock/storage/walstore"
 )
 
 // Start refuses every bad Config field with ErrInvalidConfig naming that
@@ -84,3 +90,52 @@ func TestReviewPConfigEveryFieldNamed(t *testing.T) {
 
 // MaxTTLPlus is just past MaxSessionTTL.
 const MaxTTLPlus = quorumlock.MaxSessionTTL + time.Millisecond
+
+// A data directory that holds a log (a hard state, entries) but no
+// identity record is refused with ErrForeignDataDir, for both backends:
+// Start cannot tell whose log it is, and adopting it could make this
+// member vote or apply with another member's state.
+func TestReviewPLogWithoutIdentityRefused(t *testing.T) {
+	for _, tc := range []struct {
+		backend quorumlock.LogBackend
+		sub     string
+		open    func(dir string) (storage.LogStore, error)
+	}{
+		{quorumlock.LogPebble, "log", func(dir string) (storage.LogStore, error) { return pebblestore.Open(dir, pebblestore.Options{}) }},
+		{quorumlock.LogWAL, "wal", func(dir string) (storage.LogStore, error) { return walstore.Open(dir, walstore.Options{}) }},
+	} {
+		// A hard state alone, entries alone: either is a log.
+		for _, what := range []string{"hard state", "entries"} {
+			t.Run(string(tc.backend)+" "+what, func(t *testing.T) {
+				data := t.TempDir()
+				st, err := tc.open(filepath.Join(data, tc.sub))
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs := &raftpb.HardState{Term: proto.Uint64(3), Vote: proto.Uint64(2), Commit: proto.Uint64(0)}
+				var ents []*raftpb.Entry
+				if what == "entries" {
+					hs = &raftpb.HardState{}
+					ents = []*raftpb.Entry{{Term: proto.Uint64(3), Index: proto.Uint64(1), Type: raftpb.EntryNormal.Enum()}}
+				}
+				if err := st.Save(hs, ents); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Close(); err != nil {
+					t.Fatal(err)
+				}
+				lis := mustListen(t)
+				n, err := quorumlock.Start(testCtx(t, 10*time.Second), quorumlock.Config{
+					ID: 1, Peers: map[uint64]string{1: lis.Addr().String(), 2: "127.0.0.1:1", 3: "127.0.0.1:2"},
+					DataDir: data, Listener: lis, LogBackend: tc.backend,
+				})
+				if err == nil {
+					n.Close()
+				}
+				if !errors.Is(err, quorumlock.ErrForeignDataDir) {
+					t.Fatalf("Start on a log (%s) without identity: %v, want ErrForeignDataDir", what, err)
+				}
+			})
+		}
+	}
+}
