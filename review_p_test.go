@@ -7,6 +7,7 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,12 @@ func TestReviewPConfigEveryFieldNamed(t *testing.T) {
 		{"zero ID listed", "ID", false, func(c *quorumlock.Config) { c.ID = 0; c.Peers[0] = "127.0.0.1:4" }},
 		{"no peers", "Peers", false, func(c *quorumlock.Config) { c.Peers = nil }},
 		{"member ID 0", "Peers", false, func(c *quorumlock.Config) { c.Peers[0] = "127.0.0.1:4" }},
+		// raft reserves the two highest IDs (its local storage threads):
+		// Start named the log corrupt instead, after creating DataDir.
+		{"ID 2^64-1", "ID", false, func(c *quorumlock.Config) { c.ID = math.MaxUint64; c.Peers[c.ID] = "127.0.0.1:4" }},
+		{"ID 2^64-2", "ID", false, func(c *quorumlock.Config) { c.ID = math.MaxUint64 - 1; c.Peers[c.ID] = "127.0.0.1:4" }},
+		{"member ID 2^64-1", "Peers", false, func(c *quorumlock.Config) { c.Peers[math.MaxUint64] = "127.0.0.1:4" }},
+		{"member ID 2^64-2", "Peers", false, func(c *quorumlock.Config) { c.Peers[math.MaxUint64-1] = "127.0.0.1:4" }},
 		{"port above 65535", "Peers", false, func(c *quorumlock.Config) { c.Peers[2] = "127.0.0.1:70000" }},
 		{"negative port", "Peers", false, func(c *quorumlock.Config) { c.Peers[2] = "127.0.0.1:-1" }},
 		{"another member on port 0", "Peers", true, func(c *quorumlock.Config) { c.Peers[2] = "127.0.0.1:0" }},
