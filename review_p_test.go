@@ -146,3 +146,19 @@ func TestReviewPLogWithoutIdentityRefused(t *testing.T) {
 		}
 	}
 }
+
+// A numeric port outside 0..65535 (or a negative one) can never be dialled:
+// Dial refuses it with ErrInvalidConfig, as it refuses a missing port,
+// instead of trying every address until it reports that no replica
+// answered. A named port ("http") is still left to the resolver.
+func TestReviewPDialPortOutOfRange(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:70000", "127.0.0.1:-1", "dns:///localhost:99999", "[::1]:65536"} {
+		cl, err := quorumlock.Dial(testCtx(t, 5*time.Second), []string{addr})
+		if !errors.Is(err, quorumlock.ErrInvalidConfig) {
+			if cl != nil {
+				cl.Close()
+			}
+			t.Errorf("Dial(%q) = %v, want ErrInvalidConfig", addr, err)
+		}
+	}
+}
