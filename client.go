@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,7 +112,8 @@ func WithElectionTimeout(d time.Duration) ClientOption {
 // WithDialer function, which may understand other forms, is given. It
 // checks that one replica answers before returning, within ctx. Errors:
 // ErrInvalidConfig for no addresses, an address or dns target without a
-// port (gRPC would quietly dial port 443) or bad options, ctx's error if
+// port (gRPC would quietly dial port 443) or with a numeric port outside
+// 0..65535, or bad options, ctx's error if
 // ctx ends first, or the error of the last replica tried.
 func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, error) {
 	ctx = orBackground(ctx)
@@ -678,6 +680,13 @@ func checkAddr(a string) error {
 	_, port, err := net.SplitHostPort(endpoint)
 	if err == nil && port == "" {
 		err = errors.New("missing port in address")
+	}
+	if err == nil && strings.TrimLeft(port, "-0123456789") == "" {
+		// A numeric port: it must be one (a name such as "http" is left
+		// to the resolver).
+		if p, perr := strconv.Atoi(port); perr != nil || p < 0 || p > 65535 {
+			err = fmt.Errorf("port %s is out of range", port)
+		}
 	}
 	return err
 }

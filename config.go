@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 
 	"github.com/quorumlock/quorumlock/clock"
@@ -29,14 +30,16 @@ const MaxNameBytesLimit = 64 << 10
 // Config configures one replica. Start applies the defaults to a copy; the
 // caller's value is never modified.
 type Config struct {
-	// ID is this replica's member ID: non-zero, and a key of Peers.
+	// ID is this replica's member ID: non-zero, below 2^64-2 (raft reserves
+	// the two highest IDs), and a key of Peers.
 	ID uint64
 
 	// Peers maps the ID of every voting member, this replica's included, to
-	// its peer address (host:port). Peers and clients connect to it. Every
-	// replica of a cluster must be given the same map. Addresses must be
-	// distinct, with a port; port 0 only in this replica's own address,
-	// and only with Listener set (ErrInvalidConfig otherwise).
+	// its peer address (host:port); every ID obeys ID's rules. Peers and
+	// clients connect to it. Every replica of a cluster must be given the
+	// same map. Addresses must be distinct, with a port; port 0 only in
+	// this replica's own address, and only with Listener set
+	// (ErrInvalidConfig otherwise).
 	Peers map[uint64]string
 
 	// DataDir holds the raft log. Required. It is created if missing. A
@@ -217,6 +220,9 @@ func (c *Config) validate() error {
 	if c.ID == 0 {
 		return invalid("ID", "must be non-zero")
 	}
+	if raft.IsLocalMsgTarget(c.ID) {
+		return invalid("ID", "%d is reserved by raft (its local storage threads)", c.ID)
+	}
 	if len(c.Peers) == 0 {
 		return invalid("Peers", "must list every voting member")
 	}
@@ -228,6 +234,9 @@ func (c *Config) validate() error {
 		addr := c.Peers[id]
 		if id == 0 {
 			return invalid("Peers", "member ID 0 is not allowed")
+		}
+		if raft.IsLocalMsgTarget(id) {
+			return invalid("Peers", "member ID %d is reserved by raft (its local storage threads)", id)
 		}
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {

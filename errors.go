@@ -19,8 +19,9 @@ var (
 	// highest one already admitted for the resource.
 	ErrStaleToken = errors.New("quorumlock: stale fencing token")
 
-	// ErrInvalidName is returned for a lock name that is empty, longer than
-	// Config.MaxNameBytes, not valid UTF-8, or contains NUL.
+	// ErrInvalidName is returned for a lock name or role that is empty,
+	// longer than Config.MaxNameBytes, not valid UTF-8, or contains NUL
+	// (and by Client.Locks for a cursor that is not valid UTF-8).
 	ErrInvalidName = errors.New("quorumlock: invalid lock name")
 
 	// ErrNotHeld is returned by Lock.Release when the lock's grant is no
@@ -32,9 +33,9 @@ var (
 	// ErrLimit is returned when a limit would be exceeded: a configured
 	// one (sessions, locks per session, waiters per lock), the 1,024
 	// outcomes the cluster keeps per session for its requests in flight,
-	// or MaxValueBytes for a leadership's value. Nothing changed (for
-	// Lock.Release and Leadership.Proclaim it comes wrapped with
-	// ErrUnknownOutcome: see there).
+	// or MaxValueBytes for a leadership's value. Nothing changed (when
+	// Lock.Release or Leadership.Proclaim is refused for the requests
+	// pending, it comes wrapped with ErrUnknownOutcome: see there).
 	ErrLimit = errors.New("quorumlock: limit reached")
 
 	// ErrClosed is returned by calls on a Node or a Client (or the
