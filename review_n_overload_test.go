@@ -217,7 +217,8 @@ func TestReviewNTimedOutOpensLeaveNoSessions(t *testing.T) {
 
 // TestReviewNDuplicateCallsOnOneStreamBounded: a client that sends 20,000
 // copies of one waiting acquire (same session and seq) on one propose
-// stream gets CODE_LIMIT for all but service.MaxCopiesInFlight of them:
+// stream gets CODE_UNAVAILABLE (retry; CODE_LIMIT before review Q) for
+// all but service.MaxCopiesInFlight of them:
 // the leader keeps a bounded number of goroutines and log entries for
 // them. Before, it ran 20,000 goroutines (50,000 copies: +50,000
 // goroutines, +89 MB of heap) and logged 20,000 entries.
@@ -257,13 +258,13 @@ func TestReviewNDuplicateCallsOnOneStreamBounded(t *testing.T) {
 	for limited < copies-service.MaxCopiesInFlight {
 		in, err := st.Recv()
 		if err != nil {
-			t.Fatalf("after %d CODE_LIMIT answers: %v", limited, err)
+			t.Fatalf("after %d CODE_UNAVAILABLE answers: %v", limited, err)
 		}
 		for _, r := range in.GetReplies() {
 			switch code := r.GetResponse().GetCode(); code {
-			case lockpb.Code_CODE_LIMIT:
+			case lockpb.Code_CODE_UNAVAILABLE:
 				limited++
-			case lockpb.Code_CODE_NOT_LEADER, lockpb.Code_CODE_UNAVAILABLE:
+			case lockpb.Code_CODE_NOT_LEADER:
 				// The waiting copies are answered so at a leader
 				// change (-race on a loaded machine).
 				t.Skipf("the leader changed under the load (%v)", code)

@@ -132,8 +132,11 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		copies = s.waitCopies[key]
 	}
 	if copies >= MaxCopiesInFlight {
+		// Not CODE_LIMIT: the copies in flight may still take effect (a
+		// waiting acquire queues, then is granted), and a refusal tells
+		// the client that nothing changed.
 		s.mu.Unlock()
-		return &lockpb.Response{Code: lockpb.Code_CODE_LIMIT, Message: fmt.Sprintf("more than %d copies of this request in flight", MaxCopiesInFlight)}, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: fmt.Sprintf("%d copies of this request in flight: retry", MaxCopiesInFlight)}, nil
 	}
 	s.requests[key] = append(s.requests[key], reqc)
 	// An acquire that will wait behind another session's hold can only be
@@ -216,7 +219,14 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 // waiter and, on a stream, a goroutine: without a bound, one client could
 // send 50,000 copies of a waiting acquire on one stream and cost the
 // leader 50,000 goroutines and entries (found by review N). A copy past
-// it is answered CODE_LIMIT and proposes nothing.
+// it is answered CODE_UNAVAILABLE (retry) and proposes nothing. Not
+// CODE_LIMIT, which the client reports as ErrLimit, "nothing changed":
+// the copies waiting may still take effect. A legitimate client reaches
+// the bound only when copies it gave up on still wait here (sent on
+// connections that died without the leader noticing); they leave when the
+// request is answered, and the client's retry then gets that answer
+// (review Q: before, such an Acquire failed with ErrLimit while its
+// session stayed queued, and was granted the lock unknowingly).
 const MaxCopiesInFlight = 64
 
 // MaxListed bounds the requests in flight a request may list

@@ -213,7 +213,8 @@ func TestReviewNAbandonedOpenExpiresAtOnce(t *testing.T) {
 
 // TestReviewNCopiesOfOneRequestBounded: copies of one request (session,
 // seq) waiting at once are bounded by MaxCopiesInFlight; one more is
-// answered CODE_LIMIT at once and proposes nothing, and the waiting
+// answered CODE_UNAVAILABLE (retry; not CODE_LIMIT, see review Q's
+// TestReviewQStaleCopiesDoNotFailAcquire) at once and proposes nothing, and the waiting
 // copies are all answered when the request applies. Before, every copy
 // proposed an entry and waited (on a stream, in a goroutine of its own),
 // without bound.
@@ -244,8 +245,8 @@ func TestReviewNCopiesOfOneRequestBounded(t *testing.T) {
 	h.raf.mu.Lock()
 	proposed := len(h.raf.pending)
 	h.raf.mu.Unlock()
-	if r := h.propose(req); r.GetCode() != lockpb.Code_CODE_LIMIT {
-		t.Fatalf("copy %d: %v, want CODE_LIMIT", MaxCopiesInFlight+1, r)
+	if r := h.propose(req); r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
+		t.Fatalf("copy %d: %v, want CODE_UNAVAILABLE", MaxCopiesInFlight+1, r)
 	}
 	h.raf.mu.Lock()
 	if len(h.raf.pending) != proposed {
