@@ -18,7 +18,9 @@ import (
 // Config.ReadyWait, then UNAVAILABLE). An acquire that queues waits, unless NoWait is
 // set, until it is granted, its session ends, leadership is lost or ctx ends
 // (ctx's error is returned; the request stays queued and a retry with the
-// same (session, seq) finds it). It is also the gRPC handler.
+// same (session, seq) finds it). A copy of a request (session, seq) of
+// which MaxCopiesInFlight copies wait already is answered UNAVAILABLE. It
+// is also the gRPC handler.
 func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, err error) {
 	if h := s.cfg.Hooks.Request; h != nil {
 		start := time.Now()
