@@ -102,7 +102,7 @@ const (
 	Code_CODE_LIMIT       Code = 5 // a configured limit was reached
 	Code_CODE_INVALID     Code = 6 // bad name, TTL or sequence
 	Code_CODE_WITHDRAWN   Code = 7 // acquire: removed from the queue before a grant
-	Code_CODE_UNAVAILABLE Code = 8 // leader not ready yet or shutting down: retry
+	Code_CODE_UNAVAILABLE Code = 8 // leader not ready yet, shutting down, or too many copies of the request in flight: retry
 )
 
 // Enum value maps for Code.
