@@ -41,11 +41,9 @@ type Client struct {
 	opts  clientOptions
 	addrs []string
 
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
-	heard   map[*grpc.ClientConn]*connHeard
-	ka      map[string]*kaStream
-	ps      map[string]*propStream
+	mu sync.Mutex
+	// The connections to the replicas, by address (guarded by mu).
+	connMaps[string]
 	current int    // index in addrs of the replica tried first
 	leader  string // last known leader address; "" if unknown
 	// away holds, per address a request may be waiting at, a channel
@@ -144,13 +142,10 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	}
 	o.attemptLimit = 2 * o.settle
 	c := &Client{
-		opts:   o,
-		addrs:  append([]string(nil), addrs...),
-		conns:  make(map[string]*grpc.ClientConn),
-		heard:  make(map[*grpc.ClientConn]*connHeard),
-		ka:     make(map[string]*kaStream),
-		ps:     make(map[string]*propStream),
-		closed: make(chan struct{}),
+		opts:     o,
+		addrs:    append([]string(nil), addrs...),
+		connMaps: newConnMaps[string](),
+		closed:   make(chan struct{}),
 	}
 	c.baseCtx, c.cancel = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeater(c, o.clk, c.closed)
@@ -550,42 +545,11 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// redial forgets cc, the connection to addr, after a heartbeat batch or a
-// request attempt sent on it at sent went unanswered for its whole time
-// (attemptEnded), unless cc received
-// anything since (connHeard: slow, not dead): the next request to addr
-// dials a new connection. A connection that died silently (a middlebox
-// that dropped its state, a link that black-holed it, with no reset) is
-// otherwise used until gRPC's keepalive gives up on it, 10-20 s later,
-// and every heartbeat meanwhile goes into it: a session lost its lease
-// while the replica, leader or not, answered new connections at once (a
-// follower's NOT_LEADER hint sends the client back to the leader, over
-// the same dead connection). The streams on cc end now, so the calls and
-// batches waiting on them go on elsewhere; closing cc may wait (gRPC
-// gives its GOAWAY up to 5 s), so it is closed in the background.
+// redial forgets cc, the connection to addr, after a heartbeat batch or
+// a request attempt (attemptEnded) sent on it at sent went unanswered for
+// its whole time, unless cc heard anything since (connMaps.redialSilent).
 func (c *Client) redial(addr string, cc *grpc.ClientConn, sent time.Time) {
-	c.mu.Lock()
-	if c.conns[addr] != cc || c.heard[cc].heardSince(sent) {
-		c.mu.Unlock()
-		return
-	}
-	delete(c.conns, addr)
-	delete(c.heard, cc)
-	ka, ps := c.ka[addr], c.ps[addr]
-	delete(c.ka, addr)
-	delete(c.ps, addr)
-	c.mu.Unlock()
-	if ka != nil {
-		ka.close()
-	}
-	if ps != nil {
-		ps.close()
-	}
-	if !c.hb.background(func() { cc.Close() }) {
-		// Closing: Close closes the connections it still holds, and
-		// this one no longer is among them.
-		cc.Close()
-	}
+	c.redialSilent(&c.mu, addr, cc, sent, c.hb.background)
 }
 
 // attemptEnded is called when an attempt sent on cc at sent returned. A
@@ -615,19 +579,7 @@ func (c *Client) propStream(ctx context.Context, abort <-chan struct{}, addr str
 func (c *Client) closeConns() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range c.ka {
-		s.close()
-	}
-	for _, s := range c.ps {
-		s.close()
-	}
-	for _, cc := range c.conns {
-		cc.Close()
-	}
-	clear(c.ka)
-	clear(c.ps)
-	clear(c.conns)
-	clear(c.heard)
+	c.closeAll()
 }
 
 // dialOptions are the options of every connection quorumlock opens to a

@@ -2,9 +2,11 @@ package quorumlock
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 )
 
@@ -34,3 +36,78 @@ func (h *connHeard) HandleRPC(_ context.Context, s stats.RPCStats) {
 func (h *connHeard) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 
 func (h *connHeard) HandleConn(context.Context, stats.ConnStats) {}
+
+// connMaps are the connections a Client (by address) or a replica's router
+// (by member ID) holds to replicas, with each one's connHeard and the
+// heartbeat and propose streams on it. The holder's mutex guards them.
+type connMaps[K comparable] struct {
+	conns map[K]*grpc.ClientConn
+	heard map[*grpc.ClientConn]*connHeard
+	ka    map[K]*kaStream
+	ps    map[K]*propStream
+}
+
+func newConnMaps[K comparable]() connMaps[K] {
+	return connMaps[K]{
+		conns: make(map[K]*grpc.ClientConn),
+		heard: make(map[*grpc.ClientConn]*connHeard),
+		ka:    make(map[K]*kaStream),
+		ps:    make(map[K]*propStream),
+	}
+}
+
+// redialSilent forgets cc, the connection at key, after a heartbeat batch
+// (or, for a Client without sessions, a request attempt) sent on it at
+// sent went unanswered for its whole time, unless cc was replaced or
+// received anything since (slow, not dead): the next request dials a new
+// connection. A connection that died silently (a middlebox that dropped
+// its state, a link that black-holed it, with no reset) is otherwise used
+// until gRPC's keepalive gives up on it, 10-20 s later, and every
+// heartbeat meanwhile goes into it: a session lost its lease while the
+// replica answered new connections at once (a follower's NOT_LEADER hint
+// sends the caller back to the leader, over the same dead connection).
+// The streams on cc end now, so the calls and batches waiting on them go
+// on elsewhere; closing cc may wait (gRPC gives its GOAWAY up to 5 s), so
+// it is closed through background, or at once if background refuses (the
+// holder is closing, and no longer holds cc among the connections it
+// closes). mu guards m and is not held by the caller.
+func (m *connMaps[K]) redialSilent(mu *sync.Mutex, key K, cc *grpc.ClientConn, sent time.Time, background func(func()) bool) {
+	mu.Lock()
+	if m.conns[key] != cc || m.heard[cc].heardSince(sent) {
+		mu.Unlock()
+		return
+	}
+	delete(m.conns, key)
+	delete(m.heard, cc)
+	ka, ps := m.ka[key], m.ps[key]
+	delete(m.ka, key)
+	delete(m.ps, key)
+	mu.Unlock()
+	if ka != nil {
+		ka.close()
+	}
+	if ps != nil {
+		ps.close()
+	}
+	if !background(func() { cc.Close() }) {
+		cc.Close()
+	}
+}
+
+// closeAll ends every stream, closes every connection and forgets them.
+// The holder's mutex is held.
+func (m *connMaps[K]) closeAll() {
+	for _, s := range m.ka {
+		s.close()
+	}
+	for _, s := range m.ps {
+		s.close()
+	}
+	for _, cc := range m.conns {
+		cc.Close()
+	}
+	clear(m.ka)
+	clear(m.ps)
+	clear(m.conns)
+	clear(m.heard)
+}

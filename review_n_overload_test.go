@@ -31,7 +31,10 @@ func TestReviewNOverloadOneLock(t *testing.T) {
 	f := c.Node(follower(c, lead))
 	var openers []opener
 	for range 3 {
-		openers = append(openers, dial(t, addrsOf(c, c.IDs()...)))
+		// The cluster's TTL, not dial's 2 s: the test is about limits,
+		// and under -race on a loaded host 750 sessions' heartbeats
+		// could miss a 2 s lease (CI run of 2026-12-01).
+		openers = append(openers, dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(10*time.Second)))
 	}
 	openers = append(openers, f)
 	ctx := testCtx(t, 50*time.Second)

@@ -3,7 +3,6 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -130,15 +129,7 @@ func TestReviewOCutOffHolderLostBeforeNextGrant(t *testing.T) {
 			p := newTCPProxy(t, c.Peers()[lead])
 			cl := dial(t, []string{p.addr()}, quorumlock.WithSessionTTL(2*time.Second))
 			defer p.restore()
-			ctx := testCtx(t, 30*time.Second)
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx, s, l := remoteHolder(t, cl, 30*time.Second)
 			var lostAt time.Time
 			lostc := make(chan struct{})
 			go func() {
@@ -178,9 +169,6 @@ func TestReviewOCutOffHolderLostBeforeNextGrant(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
-var _ = context.Background
-
 // Reconnection: faults shorter than the lease (black hole, one direction
 // stalled, slow replies, a reset of every connection) cost a remote
 // client's session nothing once the link is back: same session, same
@@ -192,15 +180,7 @@ func TestReviewORemoteSessionSurvivesShortFaults(t *testing.T) {
 	const ttl = 2 * time.Second
 	cl := dial(t, []string{p.addr()}, quorumlock.WithSessionTTL(ttl))
 	defer p.restore()
-	ctx := testCtx(t, 50*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, s, l := remoteHolder(t, cl, 50*time.Second)
 	faults := []struct {
 		name string
 		on   func()
@@ -269,15 +249,7 @@ func TestReviewORemoteCallsBoundedDuringFaults(t *testing.T) {
 			lead := c.WaitLeader(5 * time.Second)
 			ps, dialer := proxies(t, c)
 			cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithDialer(dialer), quorumlock.WithSessionTTL(5*time.Second))
-			ctx := testCtx(t, 30*time.Second)
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, s, l := remoteHolder(t, cl, 30*time.Second)
 			for id, p := range ps {
 				if which == "all" || id == lead {
 					p.blackhole()
@@ -330,15 +302,7 @@ func TestReviewOLeaderMovesAwayFromPartitionedClient(t *testing.T) {
 	lead := c.WaitLeader(5 * time.Second)
 	ps, dialer := proxies(t, c)
 	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithDialer(dialer), quorumlock.WithSessionTTL(2*time.Second))
-	ctx := testCtx(t, 30*time.Second)
-	s, err := cl.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, s, l := remoteHolder(t, cl, 30*time.Second)
 	lost := make(chan time.Time, 1)
 	go func() { <-l.Lost(); lost <- time.Now() }()
 	for id, p := range ps {
@@ -405,15 +369,7 @@ func TestReviewODialPartialAddresses(t *testing.T) {
 				addrs = []string{deadAddr(t), silentListener(t).Addr().String(), c.Peers()[f]}
 			}
 			cl := dial(t, addrs, quorumlock.WithSessionTTL(2*time.Second), quorumlock.WithElectionTimeout(c.ElectionTimeout()))
-			ctx := testCtx(t, 30*time.Second)
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx, s, l := remoteHolder(t, cl, 30*time.Second)
 			time.Sleep(time.Second)
 			c.Stop(lead)
 			time.Sleep(3 * time.Second)
@@ -447,15 +403,7 @@ func TestReviewOSilentlyDeadConnectionKeepsSession(t *testing.T) {
 			}
 			const ttl = 2 * time.Second
 			cl := dial(t, addrs, quorumlock.WithDialer(dialer), quorumlock.WithSessionTTL(ttl))
-			ctx := testCtx(t, 30*time.Second)
-			s, err := cl.NewSession(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, "x")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ctx, s, l := remoteHolder(t, cl, 30*time.Second)
 			// The heartbeats alone.
 			ps[lead].sever()
 			time.Sleep(2 * ttl)
@@ -599,4 +547,20 @@ func TestSilentlyDeadConnectionOfSessionlessClient(t *testing.T) {
 			t.Fatalf("%s after the connection to the leader died silently: %v", call.name, err)
 		}
 	}
+}
+
+// remoteHolder opens a session through cl and acquires "x" with it, under
+// a test ctx of the given timeout, which it returns.
+func remoteHolder(t *testing.T, cl *quorumlock.Client, timeout time.Duration) (context.Context, *quorumlock.Session, *quorumlock.Lock) {
+	t.Helper()
+	ctx := testCtx(t, timeout)
+	s, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, s, l
 }

@@ -38,15 +38,13 @@ var errNoLeader = errors.New("quorumlock: no leader reachable")
 type router struct {
 	n *Node
 
-	mu    sync.Mutex
-	conns map[uint64]*grpc.ClientConn
-	heard map[*grpc.ClientConn]*connHeard
-	ka    map[uint64]*kaStream
-	ps    map[uint64]*propStream
+	mu sync.Mutex
+	// The connections to the leaders, by member ID (guarded by mu).
+	connMaps[uint64]
 }
 
 func newRouter(n *Node) *router {
-	return &router{n: n, conns: make(map[uint64]*grpc.ClientConn), heard: make(map[*grpc.ClientConn]*connHeard), ka: make(map[uint64]*kaStream), ps: make(map[uint64]*propStream)}
+	return &router{n: n, connMaps: newConnMaps[uint64]()}
 }
 
 // retry backoff between attempts that found no leader: from minBackoff,
@@ -204,33 +202,13 @@ func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 }
 
 // redial forgets cc, the connection to replica id, after a heartbeat batch
-// sent on it at sent went unanswered for its whole time and cc received
-// nothing since, as Client.redial does: a
-// connection that died without a reset would otherwise carry every
-// heartbeat of this replica's sessions, and every forwarded call, until
-// gRPC's keepalive gives up on it (10-20 s), while a new connection to the
-// leader works. The streams on cc end now; cc is closed in the background.
+// sent on it at sent went unanswered for its whole time, unless cc heard
+// anything since (connMaps.redialSilent): a connection that died without
+// a reset would otherwise carry every heartbeat of this replica's
+// sessions, and every forwarded call, until gRPC's keepalive gives up on
+// it, while a new connection to the leader works.
 func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
-	r.mu.Lock()
-	if r.conns[id] != cc || r.heard[cc].heardSince(sent) {
-		r.mu.Unlock()
-		return
-	}
-	delete(r.conns, id)
-	delete(r.heard, cc)
-	ka, ps := r.ka[id], r.ps[id]
-	delete(r.ka, id)
-	delete(r.ps, id)
-	r.mu.Unlock()
-	if ka != nil {
-		ka.close()
-	}
-	if ps != nil {
-		ps.close()
-	}
-	if !r.n.hb.background(func() { cc.Close() }) {
-		cc.Close()
-	}
+	r.redialSilent(&r.mu, id, cc, sent, r.n.hb.background)
 }
 
 // propStream returns the Propose stream to replica id, opening one (for
@@ -257,19 +235,7 @@ func (r *router) resetConnectBackoff() {
 func (r *router) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range r.ka {
-		s.close()
-	}
-	for _, s := range r.ps {
-		s.close()
-	}
-	clear(r.ps)
-	for _, cc := range r.conns {
-		cc.Close()
-	}
-	clear(r.ka)
-	clear(r.conns)
-	clear(r.heard)
+	r.closeAll()
 }
 
 // grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.
