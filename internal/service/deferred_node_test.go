@@ -80,19 +80,7 @@ func TestDeferredAcquireReleasedBeforeItReachesRaft(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// From here on the clock stands still: no tick releases held entries.
-	call := func(req *lockpb.Request) *lockpb.Response {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := svc.Propose(ctx, req)
-		if err != nil {
-			t.Fatalf("Propose(%v): %v", req, err)
-		}
-		return resp
-	}
-	open := func() uint64 {
-		return call(&lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: time.Minute.Milliseconds()}).GetSession()
-	}
+	call, open := proposeFuncs(t, svc)
 	a, b := open(), open()
 	x := call(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: a, Seq: 1, Name: "x"})
 	if x.GetCode() != lockpb.Code_CODE_OK || x.GetQueued() {
@@ -114,4 +102,24 @@ func TestDeferredAcquireReleasedBeforeItReachesRaft(t *testing.T) {
 	if resp.GetCode() != lockpb.Code_CODE_OK || resp.GetQueued() {
 		t.Fatalf("b's acquire: %v, want a grant", resp)
 	}
+}
+
+// proposeFuncs returns call, which proposes req on svc (bounded by 5 s)
+// and fails the test on an error, and open, which opens a session with a
+// one-minute TTL through call and returns its ID.
+func proposeFuncs(t *testing.T, svc *Service) (call func(*lockpb.Request) *lockpb.Response, open func() uint64) {
+	call = func(req *lockpb.Request) *lockpb.Response {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := svc.Propose(ctx, req)
+		if err != nil {
+			t.Fatalf("Propose(%v): %v", req, err)
+		}
+		return resp
+	}
+	open = func() uint64 {
+		return call(&lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: time.Minute.Milliseconds()}).GetSession()
+	}
+	return call, open
 }

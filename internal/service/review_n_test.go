@@ -82,19 +82,7 @@ func (s *Service) reviewNSizes() map[string]int {
 // that is gone.
 func TestReviewNServiceMapsReturnToEmpty(t *testing.T) {
 	svc, clk := reviewNService(t)
-	call := func(req *lockpb.Request) *lockpb.Response {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := svc.Propose(ctx, req)
-		if err != nil {
-			t.Fatalf("Propose(%v): %v", req, err)
-		}
-		return resp
-	}
-	open := func() uint64 {
-		return call(&lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: time.Minute.Milliseconds()}).GetSession()
-	}
+	call, open := proposeFuncs(t, svc)
 	const rounds = 1500
 	for i := range rounds {
 		name := fmt.Sprintf("n/%d", i)
