@@ -535,14 +535,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		// be closed (Close marks the client closed before closeConns).
 		return nil, ErrClosed
 	}
-	h := &connHeard{}
-	cc, err := grpc.NewClient(addr, append(dialOptions(c.opts.tls, c.opts.dialer), grpc.WithStatsHandler(h))...)
-	if err != nil {
-		return nil, err
-	}
-	c.conns[addr] = cc
-	c.heard[cc] = h
-	return cc, nil
+	return c.dial(addr, addr, dialOptions(c.opts.tls, c.opts.dialer))
 }
 
 // redial forgets cc, the connection to addr, after a heartbeat batch or

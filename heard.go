@@ -56,6 +56,19 @@ func newConnMaps[K comparable]() connMaps[K] {
 	}
 }
 
+// dial creates the connection to addr for key, with opts and a connHeard
+// of its own, and holds it. The holder's mutex is held.
+func (m *connMaps[K]) dial(key K, addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
+	h := &connHeard{}
+	cc, err := grpc.NewClient(addr, append(opts, grpc.WithStatsHandler(h))...)
+	if err != nil {
+		return nil, err
+	}
+	m.conns[key] = cc
+	m.heard[cc] = h
+	return cc, nil
+}
+
 // redialSilent forgets cc, the connection at key, after a heartbeat batch
 // (or, for a Client without sessions, a request attempt) sent on it at
 // sent went unanswered for its whole time, unless cc was replaced or

@@ -176,14 +176,7 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, errNoLeader
 	}
-	h := &connHeard{}
-	cc, err := grpc.NewClient(addr, append(dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer), grpc.WithStatsHandler(h))...)
-	if err != nil {
-		return nil, err
-	}
-	r.conns[id] = cc
-	r.heard[cc] = h
-	return cc, nil
+	return r.dial(id, addr, dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer))
 }
 
 func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
