@@ -70,10 +70,10 @@ func (m *connMaps[K]) dial(key K, addr string, opts []grpc.DialOption) (*grpc.Cl
 }
 
 // redialSilent forgets cc, the connection at key, after a heartbeat batch
-// (or, for a Client without sessions, a request attempt) sent on it at
-// sent went unanswered for its whole time, unless cc was replaced or
-// received anything since (slow, not dead): the next request dials a new
-// connection. A connection that died silently (a middlebox that dropped
+// (or, for a Client or replica without sessions, a request attempt) sent
+// on it at sent went unanswered for its whole time, unless cc was
+// replaced or received anything since (slow, not dead): the next request
+// dials a new connection. A connection that died silently (a middlebox that dropped
 // its state, a link that black-holed it, with no reset) is otherwise used
 // until gRPC's keepalive gives up on it, 10-20 s later, and every
 // heartbeat meanwhile goes into it: a session lost its lease while the

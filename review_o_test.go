@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -431,24 +430,9 @@ func TestReviewOSilentlyDeadConnectionKeepsSession(t *testing.T) {
 // raft traffic between the two goes on, from the leader's side). The
 // session must not be lost while a new connection to the leader works.
 func TestReviewOSilentlyDeadRouterConnectionKeepsSession(t *testing.T) {
-	var mu sync.Mutex
-	links := make(map[[2]string]*tcpProxy) // (from, to) -> proxy
-	c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {
-		from := cfg.Peers[cfg.ID]
-		cfg.Dialer = func(ctx context.Context, addr string) (net.Conn, error) {
-			mu.Lock()
-			p := links[[2]string{from, addr}]
-			if p == nil {
-				p = newTCPProxy(t, addr)
-				links[[2]string{from, addr}] = p
-			}
-			mu.Unlock()
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", p.addr())
-		}
-	}})
+	c := newPeerLinks(t, 3)
 	lead := c.WaitLeader(5 * time.Second)
-	f := follower(c, lead)
+	f := follower(c.Cluster, lead)
 	const ttl = 2 * time.Second
 	ctx := testCtx(t, 30*time.Second)
 	s, err := c.Node(f).NewSession(ctx, quorumlock.WithTTL(ttl))
@@ -459,9 +443,7 @@ func TestReviewOSilentlyDeadRouterConnectionKeepsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	p := links[[2]string{c.Peers()[f], c.Peers()[lead]}]
-	mu.Unlock()
+	p := c.link(f, lead)
 	p.sever()
 	time.Sleep(2 * ttl)
 	if err := s.Err(); err != nil {

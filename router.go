@@ -112,17 +112,55 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 		}
 		return resp, err
 	}
+	// Without sessions this replica sends no heartbeats, so its forwarded
+	// requests are what notice a connection to the leader that died
+	// without a reset: such an attempt is bounded, by twice the election
+	// timeout as a Client's (attemptEnded). A blocking acquire has a
+	// session, so it is never bounded here.
+	var cc *grpc.ClientConn
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if r.n.hb.idle() {
+		var err error
+		if cc, err = r.conn(target); err != nil {
+			return nil, err
+		}
+		actx, cancel = context.WithTimeout(ctx, 2*r.n.cfg.electionTimeout())
+	}
+	defer cancel()
+	sent := time.Now()
 	// A change of leader or term abandons the attempt: the router sends it
 	// again to whoever leads now.
-	ps, err := r.propStream(ctx, changed, target)
-	if err != nil {
-		return nil, grpcErr(ctx, err)
+	ps, err := cachedPropStream(actx, changed, &r.mu, r.ps, target, func() (*grpc.ClientConn, error) {
+		if cc != nil {
+			return cc, nil
+		}
+		return r.conn(target)
+	})
+	if err == nil {
+		var resp *lockpb.Response
+		if resp, err = ps.call(actx, changed, req); err == nil {
+			return resp, nil
+		}
 	}
-	resp, err := ps.call(ctx, changed, req)
-	if err != nil {
-		return nil, grpcErr(ctx, err)
+	if cc != nil {
+		r.attemptEnded(ctx, actx, target, cc, sent)
 	}
-	return resp, nil
+	return nil, grpcErr(ctx, err)
+}
+
+// attemptEnded is called when a forwarded attempt sent on cc, the
+// connection to replica id, at sent failed. As Client.attemptEnded: if
+// the attempt's own limit ended it (not the caller's ctx), and this
+// replica has no sessions (whose heartbeats would probe cc, and which a
+// slow request on a link that still delivers must not cost their
+// heartbeat stream), cc is dialled again unless it received anything
+// meanwhile (redial). Without this, a replica with no sessions sent
+// NewSession into a connection to the leader that died without a reset
+// until gRPC's keepalive gave up on it (10-20 s).
+func (r *router) attemptEnded(ctx, actx context.Context, id uint64, cc *grpc.ClientConn, sent time.Time) {
+	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) && r.n.hb.idle() {
+		r.redial(id, cc, sent)
+	}
 }
 
 func (r *router) settleGrace() time.Duration { return r.n.cfg.electionTimeout() }
@@ -195,19 +233,14 @@ func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 }
 
 // redial forgets cc, the connection to replica id, after a heartbeat batch
-// sent on it at sent went unanswered for its whole time, unless cc heard
-// anything since (connMaps.redialSilent): a connection that died without
-// a reset would otherwise carry every heartbeat of this replica's
-// sessions, and every forwarded call, until gRPC's keepalive gives up on
-// it, while a new connection to the leader works.
+// (or a forwarded attempt, attemptEnded) sent on it at sent went
+// unanswered for its whole time, unless cc heard anything since
+// (connMaps.redialSilent): a connection that died without a reset would
+// otherwise carry every heartbeat of this replica's sessions, and every
+// forwarded call, until gRPC's keepalive gives up on it, while a new
+// connection to the leader works.
 func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
 	r.redialSilent(&r.mu, id, cc, sent, r.n.hb.background)
-}
-
-// propStream returns the Propose stream to replica id, opening one (for
-// at most as long as ctx allows) if there is none or it broke.
-func (r *router) propStream(ctx context.Context, abort <-chan struct{}, id uint64) (*propStream, error) {
-	return cachedPropStream(ctx, abort, &r.mu, r.ps, id, func() (*grpc.ClientConn, error) { return r.conn(id) })
 }
 
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff
