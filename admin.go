@@ -26,6 +26,9 @@ type ReplicaStatus struct {
 // term, commit and applied indexes), each within ctx, and returns one
 // entry per address given to Dial, in that order.
 func (c *Client) Status(ctx context.Context) []ReplicaStatus {
+	if c.nilClient() {
+		return nil
+	}
 	ctx = orBackground(ctx)
 	out := make([]ReplicaStatus, len(c.addrs))
 	if c.isClosed() {
@@ -78,6 +81,9 @@ type LockEntry struct {
 // that is not valid UTF-8 (no key is) fails with ErrInvalidName. Other
 // errors: ErrClosed, ctx's error.
 func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntry, bool, error) {
+	if c.nilClient() {
+		return nil, false, errNoClient
+	}
 	ctx = orBackground(ctx)
 	if !utf8.ValidString(after) {
 		// It cannot be marshaled into the request: every attempt would
@@ -120,6 +126,9 @@ type SessionEntry struct {
 // and reports whether more follow: pass the last entry's ID as after to
 // continue. Errors: ErrClosed, ctx's error.
 func (c *Client) Sessions(ctx context.Context, after uint64, limit int) ([]SessionEntry, bool, error) {
+	if c.nilClient() {
+		return nil, false, errNoClient
+	}
 	ctx = orBackground(ctx)
 	var out []SessionEntry
 	var more bool
@@ -174,6 +183,9 @@ func (c *Client) read(ctx context.Context, f func(context.Context, lockpb.LockCl
 // ErrSessionExpired: the session is gone either way, but nil then does not
 // prove that this call revoked it.
 func (c *Client) RevokeSession(ctx context.Context, id uint64) error {
+	if c.nilClient() {
+		return errNoClient
+	}
 	ctx = orBackground(ctx)
 	if c.isClosed() {
 		return ErrClosed

@@ -31,7 +31,10 @@ import (
 // moves to another replica when one is stopped, paused or cut off from the
 // majority, and re-sends in-flight requests with their (session, seq).
 // The heartbeats of all its sessions share one stream per replica (they go
-// to the leader). Its methods are safe for concurrent use.
+// to the leader). Its methods are safe for concurrent use. On a nil or
+// zero Client (the nil of a failed Dial) they do not panic: the calls that
+// return an error return one wrapping ErrClosed (Close too), Observe's
+// channel is closed and Status returns no entries.
 //
 // A Client does not know the replicas' Config.MaxNameBytes: it refuses
 // locally only names no cluster accepts (empty, longer than
@@ -179,6 +182,9 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 // and Lost channels close; the cluster frees their locks when their TTL
 // runs out) and closes the connections. Idempotent.
 func (c *Client) Close() error {
+	if c.nilClient() {
+		return errNoClient
+	}
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.cancel(ErrClosed)
@@ -217,6 +223,9 @@ func (c *Client) ctxErr(ctx context.Context, err error) error {
 // NewSession opens a session on the cluster. Options and errors as for
 // Node.NewSession.
 func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	if c.nilClient() {
+		return nil, errNoClient
+	}
 	ctx = orBackground(ctx)
 	o, err := newSessionOptions(c.opts.ttl, opts)
 	if err != nil {
@@ -237,6 +246,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 // Holder is Node.Holder through the client: a linearizable read served by
 // a replica (the leader when known).
 func (c *Client) Holder(ctx context.Context, name string) (LockInfo, error) {
+	if c.nilClient() {
+		return LockInfo{}, errNoClient
+	}
 	ctx = orBackground(ctx)
 	if err := checkName(name, c.opts.maxName); err != nil {
 		return LockInfo{}, err
@@ -250,6 +262,9 @@ func (c *Client) Holder(ctx context.Context, name string) (LockInfo, error) {
 
 // Leader is Node.Leader through the client.
 func (c *Client) Leader(ctx context.Context, role string) (LeaderInfo, error) {
+	if c.nilClient() {
+		return LeaderInfo{}, errNoClient
+	}
 	ctx = orBackground(ctx)
 	if err := checkName(role, c.opts.maxName); err != nil {
 		return LeaderInfo{}, err
@@ -338,7 +353,7 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
-	if checkName(role, c.opts.maxName) != nil || c.isClosed() {
+	if c.nilClient() || checkName(role, c.opts.maxName) != nil || c.isClosed() {
 		close(out)
 		return out
 	}

@@ -154,6 +154,9 @@ func newLeadership(role string, s *Session, l *Lock, owned bool) *Leadership {
 // goes on in the background, so the candidacy leaves the queue as soon as
 // a leader hears it.
 func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
+	if n.nilNode() {
+		return nil, errNoNode
+	}
 	return electOwned(orBackground(ctx), role, value, n.cfg.MaxNameBytes, n.cfg.electionTimeout(), n.NewSession)
 }
 
@@ -164,6 +167,9 @@ func (n *Node) Elect(ctx context.Context, role string, value []byte) (*Leadershi
 // session is closed as Node.Elect's is (in the background if no leader
 // answers that close within the WithElectionTimeout).
 func (c *Client) Elect(ctx context.Context, role string, value []byte) (*Leadership, error) {
+	if c.nilClient() {
+		return nil, errNoClient
+	}
 	return electOwned(orBackground(ctx), role, value, c.opts.maxName, c.opts.settle, c.NewSession)
 }
 
@@ -391,6 +397,9 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 // Leader returns the current leader of role as of a linearizable read.
 // Errors: ErrNoLeader, ErrInvalidName, ErrClosed, ctx's error.
 func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
+	if n.nilNode() {
+		return LeaderInfo{}, errNoNode
+	}
 	ctx = orBackground(ctx)
 	if err := checkName(role, n.cfg.MaxNameBytes); err != nil {
 		return LeaderInfo{}, err
@@ -423,7 +432,7 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
-	if checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
+	if n.nilNode() || checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
 		close(out)
 		return out
 	}

@@ -41,7 +41,8 @@ var (
 	// ErrClosed is returned by calls on a Node or a Client (or the
 	// sessions opened through it) after Close, or after the replica
 	// stopped on a failure (a storage error, or a peer's message raft
-	// cannot accept: Node.Err says which).
+	// cannot accept: Node.Err says which), and by calls on a nil or zero
+	// Node or Client (the nil of a failed Start or Dial).
 	ErrClosed = errors.New("quorumlock: closed")
 
 	// ErrUnknownOutcome is returned when a request may or may not have taken
@@ -73,7 +74,7 @@ var (
 
 	// ErrInvalidConfig is returned by Start for a bad Config field and by
 	// Dial for bad addresses or options; the message names the field or
-	// option.
+	// option. Fence.Admit returns it on a nil *Fence.
 	ErrInvalidConfig = errors.New("quorumlock: invalid config")
 
 	// ErrInvalidTTL is returned by NewSession for a TTL outside

@@ -16,7 +16,9 @@ type Token uint64
 // Fence is the check a protected resource runs: it admits an operation only
 // if its token is at least the highest token admitted before for the same
 // resource. A Fence lives with the resource, not with the lock service. It is
-// safe for concurrent use; the zero Fence is empty and ready to use.
+// safe for concurrent use; the zero Fence is empty and ready to use. A nil
+// *Fence admits nothing (Admit returns ErrInvalidConfig) and has admitted
+// nothing (Highest returns 0).
 type Fence struct {
 	mu      sync.Mutex
 	highest map[string]Token
@@ -28,8 +30,12 @@ func NewFence() *Fence { return &Fence{highest: make(map[string]Token)} }
 // Admit records t for resource and returns nil if t is at least the highest
 // token admitted for resource so far (equal tokens are the same grant doing
 // more work). A lower token returns an error wrapping ErrStaleToken and
-// changes nothing.
+// changes nothing. On a nil *Fence, which can record nothing, it returns
+// an error wrapping ErrInvalidConfig for every token.
 func (f *Fence) Admit(resource string, t Token) error {
+	if f == nil {
+		return errNoFence
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if h := f.highest[resource]; t < h {
@@ -42,8 +48,12 @@ func (f *Fence) Admit(resource string, t Token) error {
 	return nil
 }
 
-// Highest returns the highest token admitted for resource (0 if none).
+// Highest returns the highest token admitted for resource (0 if none, and
+// on a nil *Fence).
 func (f *Fence) Highest(resource string) Token {
+	if f == nil {
+		return 0
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.highest[resource]

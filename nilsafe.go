@@ -39,6 +39,24 @@ var errNoSession = fmt.Errorf("%w: not an open session (a nil or zero Session)",
 // Lock or Leadership (the nil of a failed Acquire or Elect, say).
 var errNoGrant = fmt.Errorf("%w: not a grant (a nil or zero Lock or Leadership)", ErrNotHeld)
 
+// errNoNode is returned by the calls of a nil or zero Node (the nil of a
+// failed Start, say), and errNoClient by those of a nil or zero Client
+// (the nil of a failed Dial): nothing runs behind them, as after Close.
+var (
+	errNoNode   = fmt.Errorf("%w: not a started replica (a nil or zero Node)", ErrClosed)
+	errNoClient = fmt.Errorf("%w: not a dialled client (a nil or zero Client)", ErrClosed)
+)
+
+// errNoFence is returned by Admit on a nil Fence: it has nowhere to record
+// a token, so it admits none (a resource must not run unfenced).
+var errNoFence = fmt.Errorf("%w: a nil Fence (use NewFence, or a zero Fence)", ErrInvalidConfig)
+
+// nilNode reports whether n is nil or a zero Node (Start sets hb last).
+func (n *Node) nilNode() bool { return n == nil || n.hb == nil }
+
+// nilClient reports whether c is nil or a zero Client.
+func (c *Client) nilClient() bool { return c == nil || c.hb == nil }
+
 // nilSession reports whether s is nil or a zero Session.
 func (s *Session) nilSession() bool { return s == nil || s.be == nil }
 

@@ -31,7 +31,11 @@ import (
 	"github.com/quorumlock/quorumlock/transport"
 )
 
-// Node is one running replica. Its methods are safe for concurrent use.
+// Node is one running replica. Its methods are safe for concurrent use. On
+// a nil or zero Node (the nil of a failed Start) they do not panic: the
+// calls that return an error return one wrapping ErrClosed (Err and Close
+// too), Done and Observe's channel are closed, ID is 0, Addr nil and
+// Status zero.
 type Node struct {
 	cfg   Config
 	log   *zap.Logger
@@ -400,13 +404,26 @@ func checkIdentity(store storage.LogStore, want storage.Identity, dir string) er
 }
 
 // ID returns this replica's member ID.
-func (n *Node) ID() uint64 { return n.cfg.ID }
+func (n *Node) ID() uint64 {
+	if n.nilNode() {
+		return 0
+	}
+	return n.cfg.ID
+}
 
 // Addr returns the address the replica serves on.
-func (n *Node) Addr() net.Addr { return n.lis.Addr() }
+func (n *Node) Addr() net.Addr {
+	if n.nilNode() {
+		return nil
+	}
+	return n.lis.Addr()
+}
 
 // Status returns this replica's current view (no network round trip).
 func (n *Node) Status() Status {
+	if n.nilNode() {
+		return Status{}
+	}
 	st := n.raft.Status()
 	return Status{ID: st.ID, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
 }
@@ -418,6 +435,9 @@ func (n *Node) Status() Status {
 // ctx's error; it never answers from stale state. Errors: ErrInvalidName,
 // ErrClosed, ctx's error.
 func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
+	if n.nilNode() {
+		return LockInfo{}, errNoNode
+	}
 	ctx = orBackground(ctx)
 	if err := checkName(name, n.cfg.MaxNameBytes); err != nil {
 		return LockInfo{}, err
@@ -439,11 +459,21 @@ func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
 // (one no correct peer sends, such as a commit index past this replica's
 // log; then Err says why, wrapping raftnode.ErrBadMessage). A process that
 // embeds a replica should exit or restart it when Done closes.
-func (n *Node) Done() <-chan struct{} { return n.closed }
+func (n *Node) Done() <-chan struct{} {
+	if n.nilNode() {
+		return closedChan
+	}
+	return n.closed
+}
 
 // Err returns the storage error (or the bad peer message) that stopped the
 // replica, or nil.
-func (n *Node) Err() error { return n.raft.Err() }
+func (n *Node) Err() error {
+	if n.nilNode() {
+		return errNoNode
+	}
+	return n.raft.Err()
+}
 
 // Close stops the replica. A leader first hands leadership to the follower
 // with the longest log among those it heard from recently (raft's
@@ -471,6 +501,9 @@ func (n *Node) Close() error { return n.close(true) }
 func (n *Node) HardClose() error { return n.close(false) }
 
 func (n *Node) close(handoff bool) error {
+	if n.nilNode() {
+		return errNoNode
+	}
 	var err error
 	n.closeOnce.Do(func() {
 		close(n.closed)

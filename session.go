@@ -76,6 +76,9 @@ type Session struct {
 // Options: WithTTL (default Config.SessionTTL). Errors: ErrInvalidTTL,
 // ErrLimit (too many sessions), ErrClosed, ctx's error.
 func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	if n.nilNode() {
+		return nil, errNoNode
+	}
 	ctx = orBackground(ctx)
 	o, err := newSessionOptions(n.cfg.SessionTTL, opts)
 	if err != nil {
