@@ -32,10 +32,11 @@ type propStream struct {
 	// cluster may have opened a session whose ID only that answer tells,
 	// so it is closed when the answer comes (see recvLoop). Most never
 	// get an answer (the replica saw the cancel first and expires the
-	// session itself), so an id is forgotten after abandonedOpenTTL, and
-	// the oldest first past maxAbandonedOpens (abandonedOrder lists them
-	// in the order they were abandoned); a session whose answer comes
-	// later expires after its TTL.
+	// session itself), so an id is forgotten after abandonedOpenTTL (when
+	// the stream next gets an answer or abandons an open), and the oldest
+	// first past maxAbandonedOpens (abandonedOrder lists them in the order
+	// they were abandoned); a session whose answer comes later expires
+	// after its TTL.
 	abandonedOpens map[uint64]struct{}
 	abandonedOrder []abandonedOpen
 }
@@ -192,16 +193,29 @@ func (s *propStream) abandon(id uint64, req *lockpb.Request, c chan *lockpb.Resp
 // abandonedOpens), forgetting those past the bounds. s.mu is held.
 func (s *propStream) rememberAbandonedLocked(id uint64) {
 	now := time.Now()
-	drop := 0
-	for drop < len(s.abandonedOrder) && (len(s.abandonedOrder)-drop >= maxAbandonedOpens || now.Sub(s.abandonedOrder[drop].at) > abandonedOpenTTL) {
-		delete(s.abandonedOpens, s.abandonedOrder[drop].id)
-		drop++
-	}
-	s.abandonedOrder = append(s.abandonedOrder[drop:], abandonedOpen{id, now})
+	s.pruneAbandonedLocked(now, 1)
+	s.abandonedOrder = append(s.abandonedOrder, abandonedOpen{id, now})
 	if s.abandonedOpens == nil {
 		s.abandonedOpens = make(map[uint64]struct{})
 	}
 	s.abandonedOpens[id] = struct{}{}
+}
+
+// pruneAbandonedLocked forgets the abandoned opens older than
+// abandonedOpenTTL at now, and the oldest while more than
+// maxAbandonedOpens-room are kept. Once none is kept, the map and the
+// order go too: a Go map does not shrink, and a burst of abandons would
+// otherwise hold its memory for the stream's life. s.mu is held.
+func (s *propStream) pruneAbandonedLocked(now time.Time, room int) {
+	drop := 0
+	for drop < len(s.abandonedOrder) && (len(s.abandonedOrder)-drop > maxAbandonedOpens-room || now.Sub(s.abandonedOrder[drop].at) > abandonedOpenTTL) {
+		delete(s.abandonedOpens, s.abandonedOrder[drop].id)
+		drop++
+	}
+	s.abandonedOrder = s.abandonedOrder[drop:]
+	if len(s.abandonedOrder) == 0 {
+		s.abandonedOrder, s.abandonedOpens = nil, nil
+	}
 }
 
 // closeAbandonedLocked closes the session opened by the abandoned call id,
@@ -293,6 +307,10 @@ func (s *propStream) recvLoop(st lockpb.Lock_ProposeStreamClient) {
 			} else if len(s.abandonedOpens) > 0 {
 				s.closeAbandonedLocked(r.GetId(), r.GetResponse())
 			}
+		}
+		if len(s.abandonedOrder) > 0 {
+			// After the answers: one of them may be an old open's.
+			s.pruneAbandonedLocked(time.Now(), 0)
 		}
 		s.mu.Unlock()
 	}
