@@ -100,8 +100,10 @@
 // # Goroutines
 //
 // New starts two sender goroutines per peer, one for messages, which
-// connects in the background, and one for snapshots, and one goroutine that
-// makes the Unreachable and SnapshotStatus calls. Each inbound stream and
+// connects in the background (and, while its stream is up, runs one more
+// that reads the stream's reply direction, to notice promptly when the peer
+// ends it), and one for snapshots, and one goroutine that makes the
+// Unreachable and SnapshotStatus calls. Each inbound stream and
 // each inbound snapshot transfer runs on the gRPC handler goroutine plus one
 // reader goroutine. Close stops all of them and waits for them to return; no
 // callback runs after Close returns.
