@@ -177,7 +177,7 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 
 // Close ends every session opened through the client locally (their Done
 // and Lost channels close; the cluster frees their locks when their TTL
-// runs out) and closes the connections. Idempotent.
+// runs out) and closes the connections. Idempotent; it returns nil.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
