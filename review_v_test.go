@@ -19,7 +19,9 @@ import (
 // twice, names and values over their bounds, Leader without one, Resign and
 // Proclaim after Resign (Session.Elect and Node/Client.Elect), WithTTL's
 // range and millisecond truncation, Close twice, calls after Close, a
-// revoked session, Observe of an invalid role, Client.Locks' cursor,
+// revoked session, Observe, Elect, Leader and Holder of a name empty or
+// over MaxNameBytes (which the client leaves to the replicas), Client.Locks'
+// cursor,
 // calls after Node.Close and Client.Close, Client.Status with an ended ctx,
 // and the zero Fence. A docstring and its code that drift apart fail here.
 func TestReviewVDocumentedErrors(t *testing.T) {
@@ -86,15 +88,24 @@ func TestReviewVDocumentedErrors(t *testing.T) {
 			t.Errorf("revoked session's Done still open")
 		}
 		check("s2 Close after revoke", s2.Close(ctx), quorumlock.ErrSessionExpired)
-		ch := o.Observe(ctx, "")
-		select {
-		case _, ok := <-ch:
-			if ok {
-				t.Errorf("Observe invalid role sent a value")
+		for _, role := range []string{"", strings.Repeat("r", 257)} {
+			ch := o.Observe(ctx, role)
+			select {
+			case _, ok := <-ch:
+				if ok {
+					t.Errorf("Observe of an invalid role (%d bytes) sent a value", len(role))
+				}
+			case <-time.After(2 * time.Second):
+				t.Errorf("Observe of an invalid role (%d bytes) not closed at once", len(role))
 			}
-		case <-time.After(2 * time.Second):
-			t.Errorf("Observe invalid role not closed")
 		}
+		s4 := newSession(t, o)
+		_, err = s4.Elect(ctx, strings.Repeat("r", 257), nil)
+		check("Elect 257-byte role", err, quorumlock.ErrInvalidName)
+		_, err = o.Leader(ctx, strings.Repeat("r", 257))
+		check("Leader 257-byte role", err, quorumlock.ErrInvalidName)
+		_, err = o.Holder(ctx, strings.Repeat("r", 257))
+		check("Holder 257-byte name", err, quorumlock.ErrInvalidName)
 	}
 	_, _, err := cl.Locks(ctx, "\xff", 0)
 	check("Locks bad cursor", err, quorumlock.ErrInvalidName)
