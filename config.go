@@ -134,7 +134,8 @@ type Config struct {
 	SnapshotEntries uint64
 
 	// The table limits below are the leader's: it stamps them on every
-	// request it proposes and every replica applies the request under
+	// request they bound (opening a session, acquiring a lock or
+	// campaigning for a role) and every replica applies the request under
 	// them, so replicas configured differently (during a rolling change of
 	// a limit) still hold the same table. A changed limit takes effect
 	// once a replica configured with it leads. A replica that does not
