@@ -798,7 +798,8 @@ func (n *Node) TransferLeadership(id uint64) {
 // election timeout and this node stays leader.
 //
 // It returns nil once another member leads, ErrNotLeader when this node is
-// not the leader, ErrNoTransferee when no other voter is reachable,
+// not the leader when called, ErrNoTransferee when no other voter is
+// reachable then (later picks that find none are retried until ctx ends),
 // ctx's error when ctx ends first and ErrStopped when the node stops.
 func (n *Node) Resign(ctx context.Context) error {
 	leaderC := n.LeaderChanged()
