@@ -34,9 +34,9 @@
 //     message goes alone in its frame). The receiver unmarshals them in
 //     order and hands each to Config.Handler. A message that does not
 //     unmarshal, or whose From or To do not match the handshake, ends the
-//     stream with codes.InvalidArgument.
+//     stream with codes.InvalidArgument, and so does a second Hello.
 //  5. A newer handshake from the same peer supersedes an older stream: the
-//     older one is closed, and delivery from the newer one starts only after
+//     older one is closed (codes.Aborted), and delivery from the newer one starts only after
 //     the older one delivered its last message, so the messages of one peer
 //     reach Handler in the order they were sent.
 //
