@@ -17,8 +17,11 @@ import (
 // ReplicaStatus is one replica's view, as Status reports it, or the error of
 // asking it.
 type ReplicaStatus struct {
-	Addr string
+	Addr string // the address as given to Dial
 	Status
+	// Err is nil when the replica answered; otherwise why not: ErrClosed
+	// after Client.Close, or the error of connecting or of the call (a
+	// gRPC status error, codes.DeadlineExceeded when ctx ended first).
 	Err error
 }
 
@@ -117,8 +120,8 @@ func (c *Client) Locks(ctx context.Context, after string, limit int) ([]LockEntr
 // SessionEntry is one live session in a listing.
 type SessionEntry struct {
 	ID   uint64
-	TTL  time.Duration
-	Held int // locks and roles it holds
+	TTL  time.Duration // in whole milliseconds, as the cluster keeps it
+	Held int           // locks and roles it holds
 }
 
 // Sessions lists live sessions with IDs above after, in ID order, at most

@@ -180,7 +180,7 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 
 // Close ends every session opened through the client locally (their Done
 // and Lost channels close; the cluster frees their locks when their TTL
-// runs out) and closes the connections. Idempotent.
+// runs out) and closes the connections. Idempotent; it returns nil.
 func (c *Client) Close() error {
 	if c.nilClient() {
 		return errNoClient

@@ -422,9 +422,10 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 // Observe streams the leadership of role as this replica applies it: first
 // the current state (after a linearizable read), then every change in log
 // order. Between two leaders it always reports an event without a leader,
-// and epochs never decrease. A receiver that falls more than 1,024 changes
-// behind loses the oldest of them, never the latest state (a leadership
-// that began and ended meanwhile is then missed). It keeps working across
+// and epochs never decrease. A receiver that falls behind gets at least
+// the latest 1,024 changes it has not read; one further behind may lose
+// the oldest, never the latest state (a leadership that began and ended
+// meanwhile is then missed). It keeps working across
 // leader changes of the cluster and outages of this replica's link to the
 // majority (events resume when the replica catches up). The channel closes
 // when ctx ends or the Node closes, and at once for an invalid role or a

@@ -12,7 +12,8 @@ var (
 	// ErrSessionExpired is returned by calls on a session that is over:
 	// expired on the cluster, past its client-side lease (the send time of
 	// its last acknowledged heartbeat plus TTL minus the safety margin),
-	// closed, or abandoned. An expired session is never renewed.
+	// closed, or abandoned; and by Client.RevokeSession for a session that
+	// is not live. An expired session is never renewed.
 	ErrSessionExpired = errors.New("quorumlock: session expired")
 
 	// ErrStaleToken is returned by Fence.Admit for a token lower than the
@@ -27,7 +28,8 @@ var (
 	// ErrNotHeld is returned by Lock.Release when the lock's grant is no
 	// longer current (already released, or the session lost it), by
 	// Leadership.Resign and Proclaim when the leadership is over, and by
-	// Acquire when a concurrent Release of the session freed the grant.
+	// Acquire (Session.Elect) when a concurrent Release (Resign) of the
+	// session freed the grant.
 	ErrNotHeld = errors.New("quorumlock: lock not held")
 
 	// ErrLimit is returned when a limit would be exceeded: a configured

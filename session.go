@@ -148,7 +148,8 @@ func (s *Session) ID() uint64 {
 	return s.id
 }
 
-// TTL returns the session's TTL.
+// TTL returns the session's TTL, in whole milliseconds as the cluster keeps
+// it (WithTTL); 0 for a nil Session.
 func (s *Session) TTL() time.Duration {
 	if s.nilSession() {
 		return 0

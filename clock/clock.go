@@ -130,7 +130,9 @@ func (m *Manual) Advance(d time.Duration) {
 		if next == nil {
 			break
 		}
-		m.now = next.at
+		if next.at.After(m.now) { // a timer armed in the past does not set the clock back
+			m.now = next.at
+		}
 		if next.period > 0 {
 			next.at = next.at.Add(next.period)
 			select {

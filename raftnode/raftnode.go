@@ -102,6 +102,8 @@ type SnapshotVerifier interface {
 
 // Config configures a Node.
 type Config struct {
+	// ID is this node's raft member ID: non-zero, and one of Peers.
+	// Required.
 	ID uint64
 	// Peers are the IDs of every voter, this node's included. They bootstrap
 	// a fresh log; a log that has entries keeps its own configuration.
@@ -366,6 +368,13 @@ func (c *Config) withDefaults() Config {
 
 // New creates the node over cfg.Storage, bootstrapping an empty log with
 // cfg.Peers. It does not start the node's goroutine: call Start.
+//
+// Errors: ErrCorruptState when raft cannot start from the stored log and
+// hard state, or cfg.StateMachine refuses the stored snapshot (Restore);
+// the storage's error when a read of it fails; an error naming the field
+// when ID, Storage, Transport or StateMachine is missing, or raft refuses
+// the configuration (for example ElectionTicks not above HeartbeatTicks)
+// or, for an empty log, the bootstrap (no Peers).
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if cfg.ID == 0 || cfg.Storage == nil || cfg.Transport == nil || cfg.StateMachine == nil {
@@ -765,7 +774,8 @@ func (n *Node) LinearizableRead(ctx context.Context) error {
 }
 
 // TransferLeadership asks raft to hand leadership to id (used by tests and
-// operators). It never blocks.
+// operators). It never blocks: when the node's queue is full the request
+// is dropped.
 func (n *Node) TransferLeadership(id uint64) {
 	select {
 	case n.propc <- proposal{data: nil, errc: nil, transfer: id}:
@@ -777,17 +787,19 @@ func (n *Node) TransferLeadership(id uint64) {
 // than this one leads: the leadership transfer of the raft thesis §3.10
 // (MsgTimeoutNow: the transferee campaigns at once, without waiting for an
 // election timeout), which etcd's server also makes before it stops. The
-// transferee is the voter with the longest log (match index) among those
-// this node received a message from within the last election timeout and
-// whose connection the transport has not reported broken since (etcd
-// likewise picks among connected members); a voter that crashed is picked
+// candidates are the voters this node received a message from within the
+// last election timeout and whose connection the transport has not
+// reported broken since (etcd likewise picks among connected members);
+// among them, those heard from within about a heartbeat interval come
+// first, then the longest log (match index). A voter that crashed is picked
 // only in the moments before either the transport notices or an election
 // timeout passes. While the transfer runs, raft refuses proposals (Propose returns
 // ErrNotLeader); raft abandons a transfer that has not finished within an
 // election timeout and this node stays leader.
 //
 // It returns nil once another member leads, ErrNotLeader when this node is
-// not the leader, ErrNoTransferee when no other voter is reachable,
+// not the leader when called, ErrNoTransferee when no other voter is
+// reachable then (later picks that find none are retried until ctx ends),
 // ctx's error when ctx ends first and ErrStopped when the node stops.
 func (n *Node) Resign(ctx context.Context) error {
 	leaderC := n.LeaderChanged()

@@ -500,9 +500,9 @@ func TestSnapshotDue(t *testing.T) {
 }
 
 // TestCampaignOnLostLeaderConnection: a follower told that its leader's
-// connection broke (the transport's ReportUnreachable) campaigns as soon
-// as it has not heard from the leader for two heartbeat intervals, and
-// every tick after. When every follower lost the leader (it
+// connection broke (the transport's ReportUnreachable) campaigns once (a
+// pre-vote) as soon as it has not heard from the leader for two heartbeat
+// intervals plus its stagger. When every follower lost the leader (it
 // died), they elect a new one within a few ticks instead of waiting a random
 // one to two election timeouts; when one follower alone lost its connection
 // to a live leader, nothing changes (the other follower refuses the

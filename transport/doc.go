@@ -34,9 +34,9 @@
 //     message goes alone in its frame). The receiver unmarshals them in
 //     order and hands each to Config.Handler. A message that does not
 //     unmarshal, or whose From or To do not match the handshake, ends the
-//     stream with codes.InvalidArgument.
+//     stream with codes.InvalidArgument, and so does a second Hello.
 //  5. A newer handshake from the same peer supersedes an older stream: the
-//     older one is closed, and delivery from the newer one starts only after
+//     older one is closed (codes.Aborted), and delivery from the newer one starts only after
 //     the older one delivered its last message, so the messages of one peer
 //     reach Handler in the order they were sent.
 //
@@ -100,8 +100,10 @@
 // # Goroutines
 //
 // New starts two sender goroutines per peer, one for messages, which
-// connects in the background, and one for snapshots, and one goroutine that
-// makes the Unreachable and SnapshotStatus calls. Each inbound stream and
+// connects in the background (and, while its stream is up, runs one more
+// that reads the stream's reply direction, to notice promptly when the peer
+// ends it), and one for snapshots, and one goroutine that makes the
+// Unreachable and SnapshotStatus calls. Each inbound stream and
 // each inbound snapshot transfer runs on the gRPC handler goroutine plus one
 // reader goroutine. Close stops all of them and waits for them to return; no
 // callback runs after Close returns.
