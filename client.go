@@ -46,7 +46,7 @@ type Client struct {
 
 	mu sync.Mutex
 	// The connections to the replicas, by address (guarded by mu).
-	connMaps[string]
+	cm      connMaps[string]
 	current int    // index in addrs of the replica tried first
 	leader  string // last known leader address; "" if unknown
 	// away holds, per address a request may be waiting at, a channel
@@ -145,10 +145,10 @@ func Dial(ctx context.Context, addrs []string, opts ...ClientOption) (*Client, e
 	}
 	o.attemptLimit = 2 * o.settle
 	c := &Client{
-		opts:     o,
-		addrs:    append([]string(nil), addrs...),
-		connMaps: newConnMaps[string](),
-		closed:   make(chan struct{}),
+		opts:   o,
+		addrs:  append([]string(nil), addrs...),
+		cm:     newConnMaps[string](),
+		closed: make(chan struct{}),
 	}
 	c.baseCtx, c.cancel = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeater(c, o.clk, c.closed)
@@ -266,7 +266,7 @@ func (c *Client) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 		return LeaderInfo{}, errNoClient
 	}
 	ctx = orBackground(ctx)
-	if err := checkName(role, c.opts.maxName); err != nil {
+	if err := checkRole(role, c.opts.maxName); err != nil {
 		return LeaderInfo{}, err
 	}
 	resp, err := c.holder(ctx, roleKey(role))
@@ -353,7 +353,7 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
-	if c.nilClient() || checkName(role, c.opts.maxName) != nil || c.isClosed() {
+	if c.nilClient() || checkRole(role, c.opts.maxName) != nil || c.isClosed() {
 		close(out)
 		return out
 	}
@@ -542,7 +542,7 @@ func (c *Client) setLeader(addr string) {
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cc, ok := c.conns[addr]; ok {
+	if cc, ok := c.cm.conns[addr]; ok {
 		return cc, nil
 	}
 	if c.isClosed() {
@@ -550,14 +550,14 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		// be closed (Close marks the client closed before closeConns).
 		return nil, ErrClosed
 	}
-	return c.dial(addr, addr, dialOptions(c.opts.tls, c.opts.dialer))
+	return c.cm.dial(addr, addr, dialOptions(c.opts.tls, c.opts.dialer))
 }
 
 // redial forgets cc, the connection to addr, after a heartbeat batch or
 // a request attempt (attemptEnded) sent on it at sent went unanswered for
 // its whole time, unless cc heard anything since (connMaps.redialSilent).
 func (c *Client) redial(addr string, cc *grpc.ClientConn, sent time.Time) {
-	c.redialSilent(&c.mu, addr, cc, sent, c.hb.background)
+	c.cm.redialSilent(&c.mu, addr, cc, sent, c.hb.background)
 }
 
 // attemptEnded is called when an attempt sent on cc at sent returned. A
@@ -581,13 +581,13 @@ func (c *Client) attemptEnded(ctx, actx context.Context, addr string, cc *grpc.C
 // (for at most as long as ctx allows, and until abort closes) if there is
 // none or it broke.
 func (c *Client) propStream(ctx context.Context, abort <-chan struct{}, addr string, cc *grpc.ClientConn) (*propStream, error) {
-	return cachedPropStream(ctx, abort, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
+	return cachedPropStream(ctx, abort, &c.mu, c.cm.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
 }
 
 func (c *Client) closeConns() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closeAll()
+	c.cm.closeAll()
 }
 
 // dialOptions are the options of every connection quorumlock opens to a
@@ -775,10 +775,10 @@ func (c *Client) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 			return nil, nil, err
 		}
 		c.mu.Lock()
-		s := c.ka[addr]
+		s := c.cm.ka[addr]
 		if s == nil || s.broken() {
 			s = newKAStream(cc)
-			c.ka[addr] = s
+			c.cm.ka[addr] = s
 		}
 		c.mu.Unlock()
 		sent := time.Now()

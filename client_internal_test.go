@@ -33,8 +33,8 @@ func TestClientBatchesHeartbeats(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	c.mu.Lock()
 	var requests uint64
-	streams := len(c.ka)
-	for _, s := range c.ka {
+	streams := len(c.cm.ka)
+	for _, s := range c.cm.ka {
 		s.mu.Lock()
 		requests += s.next
 		s.mu.Unlock()
@@ -92,7 +92,7 @@ func TestNoConnectionAfterClose(t *testing.T) {
 		t.Fatalf("conn after Close = %v, %v; want ErrClosed", cc, err)
 	}
 	c.mu.Lock()
-	left := len(c.conns)
+	left := len(c.cm.conns)
 	c.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d connections recorded after Close", left)

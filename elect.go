@@ -83,7 +83,7 @@ func (s *Session) Elect(ctx context.Context, role string, value []byte) (*Leader
 		return nil, errNoSession
 	}
 	ctx = orBackground(ctx)
-	if err := checkName(role, s.names); err != nil {
+	if err := checkRole(role, s.names); err != nil {
 		return nil, err
 	}
 	if err := checkValue(value); err != nil {
@@ -177,7 +177,7 @@ func (c *Client) Elect(ctx context.Context, role string, value []byte) (*Leaders
 // the closing of that session when the campaign fails.
 func electOwned(ctx context.Context, role string, value []byte, maxName int, settle time.Duration,
 	newSession func(context.Context, ...SessionOption) (*Session, error)) (*Leadership, error) {
-	if err := checkName(role, maxName); err != nil {
+	if err := checkRole(role, maxName); err != nil {
 		return nil, err
 	}
 	if err := checkValue(value); err != nil {
@@ -401,7 +401,7 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 		return LeaderInfo{}, errNoNode
 	}
 	ctx = orBackground(ctx)
-	if err := checkName(role, n.cfg.MaxNameBytes); err != nil {
+	if err := checkRole(role, n.cfg.MaxNameBytes); err != nil {
 		return LeaderInfo{}, err
 	}
 	if n.isClosed() {
@@ -433,7 +433,7 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
-	if n.nilNode() || checkName(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
+	if n.nilNode() || checkRole(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
 		close(out)
 		return out
 	}

@@ -6,6 +6,7 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,6 +182,10 @@ func TestReviewElectEdgeCases(t *testing.T) {
 		if _, err := s.Elect(ctx, bad, nil); !errors.Is(err, quorumlock.ErrInvalidName) {
 			t.Fatalf("Elect(%q): %v", bad, err)
 		}
+	}
+	// The refusal names what was refused: a role, not a lock.
+	if _, err := n.Leader(ctx, strings.Repeat("r", 70_000)); !errors.Is(err, quorumlock.ErrInvalidName) || !strings.Contains(err.Error(), `role "rrr`) {
+		t.Fatalf("Leader(70,000-byte role): %v, want ErrInvalidName naming the role", err)
 	}
 	if _, err := s.Elect(ctx, "r", make([]byte, quorumlock.MaxValueBytes+1)); !errors.Is(err, quorumlock.ErrLimit) {
 		t.Fatalf("oversized Elect value: %v", err)

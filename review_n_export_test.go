@@ -25,24 +25,24 @@ func ReviewNSizes(o any) map[string]int {
 		r := v.router
 		r.mu.Lock()
 		ka, ps := map[string]*kaStream{}, map[string]*propStream{}
-		for id, k := range r.ka {
+		for id, k := range r.cm.ka {
 			ka[v.cfg.Peers[id]] = k
 		}
-		for id, p := range r.ps {
+		for id, p := range r.cm.ps {
 			ps[v.cfg.Peers[id]] = p
 		}
-		out["conns"] = len(r.conns)
+		out["conns"] = len(r.cm.conns)
 		r.mu.Unlock()
 		streams(ka, ps)
 	case *Client:
 		hb = v.hb
 		v.mu.Lock()
-		out["conns"], out["away"] = len(v.conns), len(v.away)
+		out["conns"], out["away"] = len(v.cm.conns), len(v.away)
 		ka, ps := map[string]*kaStream{}, map[string]*propStream{}
-		for a, k := range v.ka {
+		for a, k := range v.cm.ka {
 			ka[a] = k
 		}
-		for a, p := range v.ps {
+		for a, p := range v.cm.ps {
 			ps[a] = p
 		}
 		v.mu.Unlock()

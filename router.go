@@ -40,11 +40,11 @@ type router struct {
 
 	mu sync.Mutex
 	// The connections to the leaders, by member ID (guarded by mu).
-	connMaps[uint64]
+	cm connMaps[uint64]
 }
 
 func newRouter(n *Node) *router {
-	return &router{n: n, connMaps: newConnMaps[uint64]()}
+	return &router{n: n, cm: newConnMaps[uint64]()}
 }
 
 // retry backoff between attempts that found no leader: from minBackoff,
@@ -130,7 +130,7 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 	sent := time.Now()
 	// A change of leader or term abandons the attempt: the router sends it
 	// again to whoever leads now.
-	ps, err := cachedPropStream(actx, changed, &r.mu, r.ps, target, func() (*grpc.ClientConn, error) {
+	ps, err := cachedPropStream(actx, changed, &r.mu, r.cm.ps, target, func() (*grpc.ClientConn, error) {
 		if cc != nil {
 			return cc, nil
 		}
@@ -201,7 +201,7 @@ func (r *router) keepAlive(ctx context.Context, ids []uint64) (alive, gone []uin
 func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if cc, ok := r.conns[id]; ok {
+	if cc, ok := r.cm.conns[id]; ok {
 		return cc, nil
 	}
 	if r.n.isClosed() {
@@ -214,7 +214,7 @@ func (r *router) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok {
 		return nil, errNoLeader
 	}
-	return r.dial(id, addr, dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer))
+	return r.cm.dial(id, addr, dialOptions(r.n.cfg.PeerTLS, r.n.cfg.Dialer))
 }
 
 func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
@@ -224,10 +224,10 @@ func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.ka[id]
+	s := r.cm.ka[id]
 	if s == nil || s.broken() {
 		s = newKAStream(cc)
-		r.ka[id] = s
+		r.cm.ka[id] = s
 	}
 	return s, cc, nil
 }
@@ -240,7 +240,7 @@ func (r *router) stream(id uint64) (*kaStream, *grpc.ClientConn, error) {
 // forwarded call, until gRPC's keepalive gives up on it, while a new
 // connection to the leader works.
 func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
-	r.redialSilent(&r.mu, id, cc, sent, r.n.hb.background)
+	r.cm.redialSilent(&r.mu, id, cc, sent, r.n.hb.background)
 }
 
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff
@@ -251,7 +251,7 @@ func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
 func (r *router) resetConnectBackoff() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, cc := range r.conns {
+	for _, cc := range r.cm.conns {
 		if cc.GetState() == connectivity.TransientFailure {
 			cc.ResetConnectBackoff()
 		}
@@ -261,7 +261,7 @@ func (r *router) resetConnectBackoff() {
 func (r *router) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.closeAll()
+	r.cm.closeAll()
 }
 
 // grpcErr maps a gRPC error under ctx to ctx's error when ctx ended.

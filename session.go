@@ -1068,6 +1068,15 @@ func checkName(name string, max int) error {
 	return nil
 }
 
+// checkRole is checkName for an election's role: the same rule, with the
+// role named as one in the error.
+func checkRole(role string, max int) error {
+	if !fsm.ValidName(role, max) {
+		return fmt.Errorf("%w: role %s, %d bytes (want 1..%d bytes of UTF-8 without NUL)", ErrInvalidName, quoteShort(role), len(role), max)
+	}
+	return nil
+}
+
 // keyLabel names a lock-table key in an error message: a lock by its
 // quoted name, a role (whose key carries an internal prefix) as
 // role "name".
