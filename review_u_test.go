@@ -21,7 +21,7 @@ import (
 // refused as invalid names, which left each lock with a live session that
 // could no longer give it up (Release said "CODE_INVALID" and closed
 // Lost, Proclaim said ErrLimit, an interrupted Acquire abandoned its
-// session). New acquires of such names are still refused.
+// session). New acquires of such names are still refused, at once.
 func TestReviewULoweredNameLimitKeepsHeldLocksReleasable(t *testing.T) {
 	var maxName atomic.Int64
 	maxName.Store(256)
@@ -71,6 +71,14 @@ func TestReviewULoweredNameLimitKeepsHeldLocksReleasable(t *testing.T) {
 	if _, err := s.Acquire(ctx, long+"-new"); !errors.Is(err, quorumlock.ErrInvalidName) {
 		t.Errorf("Acquire of a new %d-byte name under MaxNameBytes 100: %v, want ErrInvalidName", len(long)+4, err)
 	}
+	// A new Acquire of a name over the limit that another session holds is
+	// refused at once, not once the holder lets go.
+	nctx, ncancel := context.WithTimeout(ctx, 3*time.Second)
+	third := specSession(ctx, t, cl)
+	if _, err := third.Acquire(nctx, long+"-q"); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Acquire by another session of a held %d-byte name under MaxNameBytes 100: %v, want ErrInvalidName", len(long)+2, err)
+	}
+	ncancel()
 	// The waiter still waits; when it stops waiting it withdraws, and its
 	// session lives on.
 	select {
