@@ -140,6 +140,9 @@ type Config struct {
 	// a limit) still hold the same table. A changed limit takes effect
 	// once a replica configured with it leads. A replica that does not
 	// lead also checks MaxNameBytes on the requests of its own sessions.
+	// A lowered MaxNameBytes refuses new acquires of longer names; the
+	// locks and roles of such names granted before stay with their
+	// holders, who can still release (resign), proclaim and withdraw them.
 
 	// MaxNameBytes bounds lock names and roles, in bytes: at most 65,536
 	// (MaxNameBytesLimit). The default is 256. Clients (Dial) accept any

@@ -95,7 +95,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	// A withdrawal without a name takes back its target request only.
 	targetOnly := cmd.Op == fsm.OpWithdraw && cmd.Name == "" && cmd.Target != 0
 	if (cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim) && !targetOnly {
-		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) {
+		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) && !s.inTable(cmd.Name) {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
 		}
 		if len(cmd.Value) > s.lim.MaxValueBytes {
@@ -364,6 +364,20 @@ func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockp
 
 func holderResponse(li fsm.LockInfo) *lockpb.HolderResponse {
 	return &lockpb.HolderResponse{Session: li.Holder, Token: li.Token, Waiters: li.Waiters, Value: li.Value}
+}
+
+// inTable reports whether the lock table has a lock (or role) called key.
+// A request naming one that is longer than MaxNameBytes is still
+// proposed: an earlier leader granted it under a larger MaxNameBytes (a
+// rolling change lowered the limit), and refused here, a release,
+// withdrawal or proclaim would leave it with a live session that cannot
+// let go of it, and a copy of an acquire that an earlier leader queued
+// would be answered as if nothing had changed. The table answers a copy
+// with its outcome and refuses a new acquire (CodeInvalid).
+func (s *Service) inTable(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.HolderID(key) != 0
 }
 
 // nameRule is the message of a CODE_INVALID answer to a name outside the
