@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/fsm"
 )
 
 // Bounds of a session TTL (Config.SessionTTL, WithTTL).
@@ -23,9 +24,11 @@ const (
 	MaxSessionTTL = 10 * time.Minute
 )
 
-// MaxNameBytesLimit is the largest Config.MaxNameBytes, and the longest
-// name a Client sends to the cluster.
-const MaxNameBytesLimit = 64 << 10
+// MaxNameBytesLimit is the largest Config.MaxNameBytes, the longest name a
+// Client sends to the cluster, and the bound of the names reads accept
+// (Holder, Leader, Observe): a lock granted before a rolling change lowered
+// MaxNameBytes can still be read, and released by revoking its holder.
+const MaxNameBytesLimit = fsm.MaxNameBytesLimit
 
 // Config configures one replica. Start applies the defaults to a copy; the
 // caller's value is never modified.
@@ -142,7 +145,10 @@ type Config struct {
 	// lead also checks MaxNameBytes on the requests of its own sessions.
 	// A lowered MaxNameBytes refuses new acquires of longer names; the
 	// locks and roles of such names granted before stay with their
-	// holders, who can still release (resign), proclaim and withdraw them.
+	// holders, who can still release (resign), proclaim and withdraw them,
+	// and reads (Holder, Leader, Observe) check names against
+	// MaxNameBytesLimit only, so such a lock can still be read (and its
+	// holder revoked).
 
 	// MaxNameBytes bounds lock names and roles, in bytes: at most 65,536
 	// (MaxNameBytesLimit). The default is 256. Clients (Dial) accept any

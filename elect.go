@@ -401,7 +401,7 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 		return LeaderInfo{}, errNoNode
 	}
 	ctx = orBackground(ctx)
-	if err := checkRole(role, n.cfg.MaxNameBytes); err != nil {
+	if err := checkRole(role, MaxNameBytesLimit); err != nil { // reads: see MaxNameBytesLimit
 		return LeaderInfo{}, err
 	}
 	if n.isClosed() {
@@ -433,7 +433,7 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)
-	if n.nilNode() || checkRole(role, n.cfg.MaxNameBytes) != nil || n.isClosed() {
+	if n.nilNode() || checkRole(role, MaxNameBytesLimit) != nil || n.isClosed() {
 		close(out)
 		return out
 	}

@@ -439,7 +439,7 @@ func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, errNoNode
 	}
 	ctx = orBackground(ctx)
-	if err := checkName(name, n.cfg.MaxNameBytes); err != nil {
+	if err := checkName(name, MaxNameBytesLimit); err != nil { // reads: see MaxNameBytesLimit
 		return LockInfo{}, err
 	}
 	if n.isClosed() {

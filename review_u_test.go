@@ -116,7 +116,7 @@ func TestReviewULoweredNameLimitKeepsHeldLocksReleasable(t *testing.T) {
 }
 
 // waitListed waits until session waits for name, as Client.Locks lists
-// it (Holder refuses a name longer than the cluster's MaxNameBytes).
+// it.
 func waitListed(t *testing.T, cl *quorumlock.Client, name string, session uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

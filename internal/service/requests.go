@@ -350,8 +350,11 @@ func ResponseOf(r fsm.Result) *lockpb.Response {
 // applied that index. It works on every replica; one cut off from the
 // majority blocks until ctx ends.
 func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockpb.HolderResponse, error) {
-	if !fsm.ValidKey(req.GetName(), s.lim.MaxNameBytes) {
-		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
+	// A read checks names against the hard bound, not MaxNameBytes: a lock
+	// granted under a larger MaxNameBytes before a rolling change lowered
+	// it can still be read.
+	if !fsm.ValidKey(req.GetName(), fsm.MaxNameBytesLimit) {
+		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: readNameRule}, nil
 	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
@@ -379,6 +382,10 @@ func (s *Service) inTable(key string) bool {
 	defer s.mu.Unlock()
 	return s.m.HolderID(key) != 0
 }
+
+// readNameRule is the message of a CODE_INVALID answer to a read (Holder,
+// Observe) of a name outside fsm.MaxNameBytesLimit.
+var readNameRule = fmt.Sprintf("want 1..%d bytes of UTF-8 without NUL", fsm.MaxNameBytesLimit)
 
 // nameRule is the message of a CODE_INVALID answer to a name outside the
 // cluster's bound (a client states it in its ErrInvalidName).

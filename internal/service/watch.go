@@ -127,8 +127,8 @@ func sameGrant(a, b fsm.LockInfo) bool {
 
 // Observe is the gRPC form of Watch.
 func (s *Service) Observe(req *lockpb.HolderRequest, stream lockpb.Lock_ObserveServer) error {
-	if !fsm.ValidKey(req.GetName(), s.lim.MaxNameBytes) {
-		return stream.Send(&lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: "invalid lock name"})
+	if !fsm.ValidKey(req.GetName(), fsm.MaxNameBytesLimit) { // as Holder
+		return stream.Send(&lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: readNameRule})
 	}
 	for li := range s.Watch(stream.Context(), req.GetName()) {
 		if err := stream.Send(holderResponse(li)); err != nil {

@@ -1,0 +1,96 @@
+package quorumlock_test
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
+)
+
+// A lock and a role granted under a larger MaxNameBytes stay readable after
+// a rolling change lowered it: Holder, Leader and Observe, on a replica and
+// through a Client, check names against MaxNameBytesLimit only, so an
+// operator can still find (and revoke) the holder. A name past
+// MaxNameBytesLimit is still refused.
+func TestLoweredNameLimitKeepsHeldLocksReadable(t *testing.T) {
+	var maxName atomic.Int64
+	maxName.Store(256)
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 10 * time.Second,
+		Configure: func(cfg *quorumlock.Config) { cfg.MaxNameBytes = int(maxName.Load()) }})
+	c.WaitLeader(10 * time.Second)
+	var addrs []string
+	for _, a := range c.Peers() {
+		addrs = append(addrs, a)
+	}
+	ctx := testCtx(t, 60*time.Second)
+	cl, err := quorumlock.Dial(ctx, addrs, quorumlock.WithElectionTimeout(c.ElectionTimeout()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s := specSession(ctx, t, cl)
+	long := strings.Repeat("n", 200)
+	l, err := s.Acquire(ctx, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := s.Elect(ctx, long, []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	maxName.Store(100)
+	for _, id := range c.IDs() {
+		c.Close(id)
+		c.Restart(id)
+		c.WaitLeader(10 * time.Second)
+	}
+
+	n := c.Node(c.IDs()[0])
+	for _, r := range []struct {
+		via  string
+		read func() (quorumlock.LockInfo, error)
+	}{
+		{"Node", func() (quorumlock.LockInfo, error) { return n.Holder(ctx, long) }},
+		{"Client", func() (quorumlock.LockInfo, error) { return cl.Holder(ctx, long) }},
+	} {
+		li, err := r.read()
+		if err != nil || li.Holder != s.ID() || li.Token != l.Token() {
+			t.Errorf("%s.Holder of a %d-byte held name under MaxNameBytes 100: %+v, %v; want session %d, token %d", r.via, len(long), li, err, s.ID(), l.Token())
+		}
+	}
+	for _, r := range []struct {
+		via  string
+		read func() (quorumlock.LeaderInfo, error)
+	}{
+		{"Node", func() (quorumlock.LeaderInfo, error) { return n.Leader(ctx, long) }},
+		{"Client", func() (quorumlock.LeaderInfo, error) { return cl.Leader(ctx, long) }},
+	} {
+		li, err := r.read()
+		if err != nil || li.Session != s.ID() || li.Epoch != ld.Epoch() {
+			t.Errorf("%s.Leader of a %d-byte role under MaxNameBytes 100: %+v, %v; want session %d, epoch %d", r.via, len(long), li, err, s.ID(), ld.Epoch())
+		}
+	}
+	for via, ch := range map[string]<-chan quorumlock.LeaderInfo{"Node": n.Observe(ctx, long), "Client": cl.Observe(ctx, long)} {
+		select {
+		case li, ok := <-ch:
+			if !ok || li.Session != s.ID() || li.Epoch != ld.Epoch() {
+				t.Errorf("%s.Observe's first event: %+v (open %v); want session %d, epoch %d", via, li, ok, s.ID(), ld.Epoch())
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s.Observe: no event", via)
+		}
+	}
+
+	tooLong := strings.Repeat("n", quorumlock.MaxNameBytesLimit+1)
+	if _, err := n.Holder(ctx, tooLong); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Node.Holder of a name past MaxNameBytesLimit: %v, want ErrInvalidName", err)
+	}
+	if _, err := cl.Leader(ctx, tooLong); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Client.Leader of a role past MaxNameBytesLimit: %v, want ErrInvalidName", err)
+	}
+}
