@@ -348,8 +348,8 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 // again from the current state, so a leadership that began and ended
 // during that one round trip can be missed (never reported out of order).
 // The channel closes when ctx ends, the Client closes, or at once for an
-// invalid role (reads accept names up to MaxNameBytesLimit, whatever the
-// replicas' MaxNameBytes).
+// invalid role (also one the replicas refuse: longer than their
+// MaxNameBytes and not held; see Config.MaxNameBytes).
 func (c *Client) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 	ctx = orBackground(ctx)
 	out := make(chan LeaderInfo)

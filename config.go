@@ -24,10 +24,8 @@ const (
 	MaxSessionTTL = 10 * time.Minute
 )
 
-// MaxNameBytesLimit is the largest Config.MaxNameBytes, the longest name a
-// Client sends to the cluster, and the bound of the names reads accept
-// (Holder, Leader, Observe): a lock granted before a rolling change lowered
-// MaxNameBytes can still be read, and released by revoking its holder.
+// MaxNameBytesLimit is the largest Config.MaxNameBytes and the longest name
+// a Client sends to the cluster.
 const MaxNameBytesLimit = fsm.MaxNameBytesLimit
 
 // Config configures one replica. Start applies the defaults to a copy; the
@@ -146,9 +144,9 @@ type Config struct {
 	// A lowered MaxNameBytes refuses new acquires of longer names; the
 	// locks and roles of such names granted before stay with their
 	// holders, who can still release (resign), proclaim and withdraw them,
-	// and reads (Holder, Leader, Observe) check names against
-	// MaxNameBytesLimit only, so such a lock can still be read (and its
-	// holder revoked).
+	// and reads (Holder, Leader, Observe) answer for such a name while it
+	// is held, so its holder can be found (and revoked); for a longer
+	// name nobody holds they return ErrInvalidName.
 
 	// MaxNameBytes bounds lock names and roles, in bytes: at most 65,536
 	// (MaxNameBytesLimit). The default is 256. Clients (Dial) accept any

@@ -146,7 +146,7 @@ func TestFence(t *testing.T) {
 		res   string
 		tok   quorumlock.Token
 		stale bool
-	}{{"a", 5, false}, {"a", 5, false}, {"a", 4, true}, {"b", 1, false}, {"a", 9, false}, {"a", 8, true}}
+	}{{"c", 0, true}, {"a", 5, false}, {"a", 5, false}, {"a", 4, true}, {"b", 1, false}, {"a", 9, false}, {"a", 8, true}, {"a", 0, true}}
 	for _, s := range steps {
 		err := f.Admit(s.res, s.tok)
 		if s.stale != errors.Is(err, quorumlock.ErrStaleToken) {

@@ -413,6 +413,9 @@ func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 	if err != nil {
 		return LeaderInfo{}, n.ctxErr(ctx, err)
 	}
+	if resp.GetCode() == lockpb.Code_CODE_INVALID {
+		return LeaderInfo{}, fmt.Errorf("%w: role %s (%s)", ErrInvalidName, quoteShort(role), resp.GetMessage())
+	}
 	if resp.GetSession() == 0 {
 		return LeaderInfo{Role: role}, fmt.Errorf("%w for %q", ErrNoLeader, role)
 	}
@@ -438,11 +441,15 @@ func (n *Node) Observe(ctx context.Context, role string) <-chan LeaderInfo {
 		return out
 	}
 	ctx, cancel := n.bound(ctx)
-	src := n.svc.Watch(ctx, roleKey(role))
 	go func() {
 		defer cancel()
 		defer close(out)
-		observe(ctx, role, src, out)
+		// A role over MaxNameBytes is observed only while held (see
+		// MaxNameBytesLimit).
+		if ok, err := n.svc.Readable(ctx, roleKey(role)); !ok || err != nil {
+			return
+		}
+		observe(ctx, role, n.svc.Watch(ctx, roleKey(role)), out)
 	}()
 	return out
 }

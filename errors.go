@@ -17,7 +17,8 @@ var (
 	ErrSessionExpired = errors.New("quorumlock: session expired")
 
 	// ErrStaleToken is returned by Fence.Admit for a token lower than the
-	// highest one already admitted for the resource.
+	// highest one already admitted for the resource, and for token 0 (no
+	// grant's).
 	ErrStaleToken = errors.New("quorumlock: stale fencing token")
 
 	// ErrInvalidName is returned for a lock name or role that is empty,

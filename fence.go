@@ -30,11 +30,17 @@ func NewFence() *Fence { return &Fence{highest: make(map[string]Token)} }
 // Admit records t for resource and returns nil if t is at least the highest
 // token admitted for resource so far (equal tokens are the same grant doing
 // more work). A lower token returns an error wrapping ErrStaleToken and
-// changes nothing. On a nil *Fence, which can record nothing, it returns
-// an error wrapping ErrInvalidConfig for every token.
+// changes nothing, and so does token 0, which no grant has (tokens are log
+// indexes, from 1; 0 is the Token of a nil Lock, say a failed Acquire's),
+// even for a resource that has admitted nothing yet. On a nil *Fence,
+// which can record nothing, it returns an error wrapping ErrInvalidConfig
+// for every token.
 func (f *Fence) Admit(resource string, t Token) error {
 	if f == nil {
 		return errNoFence
+	}
+	if t == 0 {
+		return fmt.Errorf("%w: token 0 for %q is no grant's", ErrStaleToken, resource)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

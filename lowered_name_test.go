@@ -13,9 +13,10 @@ import (
 
 // A lock and a role granted under a larger MaxNameBytes stay readable after
 // a rolling change lowered it: Holder, Leader and Observe, on a replica and
-// through a Client, check names against MaxNameBytesLimit only, so an
-// operator can still find (and revoke) the holder. A name past
-// MaxNameBytesLimit is still refused.
+// through a Client, answer for a name over the limit while it is held, so
+// an operator can still find (and revoke) the holder. A name over the
+// limit that nobody holds, and one past MaxNameBytesLimit, are still
+// refused with ErrInvalidName.
 func TestLoweredNameLimitKeepsHeldLocksReadable(t *testing.T) {
 	var maxName atomic.Int64
 	maxName.Store(256)
@@ -84,6 +85,33 @@ func TestLoweredNameLimitKeepsHeldLocksReadable(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("%s.Observe: no event", via)
 		}
+	}
+
+	free := strings.Repeat("f", 200)
+	if _, err := n.Holder(ctx, free); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Node.Holder of a free 200-byte name under MaxNameBytes 100: %v, want ErrInvalidName", err)
+	}
+	if _, err := cl.Holder(ctx, free); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Client.Holder of a free 200-byte name under MaxNameBytes 100: %v, want ErrInvalidName", err)
+	}
+	for via, ch := range map[string]<-chan quorumlock.LeaderInfo{"Node": n.Observe(ctx, free), "Client": cl.Observe(ctx, free)} {
+		select {
+		case li, ok := <-ch:
+			if ok {
+				t.Errorf("%s.Observe of a free 200-byte role under MaxNameBytes 100 sent %+v; want the channel closed", via, li)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s.Observe of a free over-limit role: not closed", via)
+		}
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Leader(ctx, long); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Node.Leader of the 200-byte role after Resign: %v, want ErrInvalidName", err)
+	}
+	if _, err := cl.Leader(ctx, long); !errors.Is(err, quorumlock.ErrInvalidName) {
+		t.Errorf("Client.Leader of the 200-byte role after Resign: %v, want ErrInvalidName", err)
 	}
 
 	tooLong := strings.Repeat("n", quorumlock.MaxNameBytesLimit+1)

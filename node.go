@@ -451,6 +451,9 @@ func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
 	if err != nil {
 		return LockInfo{}, n.ctxErr(ctx, err)
 	}
+	if resp.GetCode() == lockpb.Code_CODE_INVALID {
+		return LockInfo{}, fmt.Errorf("%w: %s (%s)", ErrInvalidName, quoteShort(name), resp.GetMessage())
+	}
 	return LockInfo{Name: name, Holder: resp.GetSession(), Token: Token(resp.GetToken()), Waiters: resp.GetWaiters()}, nil
 }
 

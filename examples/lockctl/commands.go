@@ -299,7 +299,7 @@ func observeCmd(fs *flag.FlagSet) func(context.Context, *env) error {
 		}
 		if ctx.Err() == nil {
 			// The stream closes at once for a role the cluster refuses
-			// (empty, longer than MaxNameBytesLimit): say so, as leader
+			// (empty, or longer than its MaxNameBytes and not held): say so, as leader
 			// does, rather than only that it ended.
 			if _, err := cl.Leader(ctx, e.args[0]); errors.Is(err, quorumlock.ErrInvalidName) {
 				return err

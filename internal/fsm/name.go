@@ -6,9 +6,7 @@ import (
 )
 
 // MaxNameBytesLimit is the longest name any configuration accepts (the
-// largest Config.MaxNameBytes). Reads of a lock or role check names against
-// it, not the replica's current limit: a lock granted before a rolling
-// change lowered the limit can still be read.
+// largest Config.MaxNameBytes).
 const MaxNameBytesLimit = 64 << 10
 
 // RolePrefix starts the key of every leader-election role. Lock names cannot

@@ -350,11 +350,8 @@ func ResponseOf(r fsm.Result) *lockpb.Response {
 // applied that index. It works on every replica; one cut off from the
 // majority blocks until ctx ends.
 func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockpb.HolderResponse, error) {
-	// A read checks names against the hard bound, not MaxNameBytes: a lock
-	// granted under a larger MaxNameBytes before a rolling change lowered
-	// it can still be read.
 	if !fsm.ValidKey(req.GetName(), fsm.MaxNameBytesLimit) {
-		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: readNameRule}, nil
+		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
 	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, err
@@ -362,7 +359,30 @@ func (s *Service) Holder(ctx context.Context, req *lockpb.HolderRequest) (*lockp
 	s.mu.Lock()
 	li := s.m.Holder(req.GetName())
 	s.mu.Unlock()
+	if li.Holder == 0 && !fsm.ValidKey(req.GetName(), s.lim.MaxNameBytes) {
+		// See Readable.
+		return &lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
+	}
 	return holderResponse(li), nil
+}
+
+// Readable reports whether key may be read (Holder, Watch): a valid name
+// within MaxNameBytes, or one longer (up to fsm.MaxNameBytesLimit) that
+// the table holds, as of a linearizable read. A lock or role granted
+// under a larger MaxNameBytes, before a rolling change lowered it, can so
+// still be read and its holder found; another name over the limit is
+// refused as before. Its error is the linearizable read's (ctx's).
+func (s *Service) Readable(ctx context.Context, key string) (bool, error) {
+	switch {
+	case fsm.ValidKey(key, s.lim.MaxNameBytes):
+		return true, nil
+	case !fsm.ValidKey(key, fsm.MaxNameBytesLimit):
+		return false, nil
+	}
+	if err := s.linearize(ctx); err != nil {
+		return false, err
+	}
+	return s.inTable(key), nil
 }
 
 func holderResponse(li fsm.LockInfo) *lockpb.HolderResponse {
@@ -382,10 +402,6 @@ func (s *Service) inTable(key string) bool {
 	defer s.mu.Unlock()
 	return s.m.HolderID(key) != 0
 }
-
-// readNameRule is the message of a CODE_INVALID answer to a read (Holder,
-// Observe) of a name outside fsm.MaxNameBytesLimit.
-var readNameRule = fmt.Sprintf("want 1..%d bytes of UTF-8 without NUL", fsm.MaxNameBytesLimit)
 
 // nameRule is the message of a CODE_INVALID answer to a name outside the
 // cluster's bound (a client states it in its ErrInvalidName).

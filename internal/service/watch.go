@@ -127,8 +127,10 @@ func sameGrant(a, b fsm.LockInfo) bool {
 
 // Observe is the gRPC form of Watch.
 func (s *Service) Observe(req *lockpb.HolderRequest, stream lockpb.Lock_ObserveServer) error {
-	if !fsm.ValidKey(req.GetName(), fsm.MaxNameBytesLimit) { // as Holder
-		return stream.Send(&lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: readNameRule})
+	if ok, err := s.Readable(stream.Context(), req.GetName()); err != nil {
+		return err
+	} else if !ok {
+		return stream.Send(&lockpb.HolderResponse{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()})
 	}
 	for li := range s.Watch(stream.Context(), req.GetName()) {
 		if err := stream.Send(holderResponse(li)); err != nil {
