@@ -57,6 +57,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		// Every replica applies it under this leader's limits (see
 		// fsm.Command.Limits).
 		cmd.Limits.MaxSessions = uint64(s.lim.MaxSessions)
+		cmd.OpenID = req.GetOpenId()
 	case lockpb.Op_OP_ACQUIRE:
 		cmd.Op = fsm.OpAcquire
 		cmd.Limits = fsm.Stamped{
@@ -200,6 +201,9 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	}
 	if o.notLeader {
 		return s.notLeader(), nil
+	}
+	if o.expiring {
+		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}, nil
 	}
 	if o.res.Code == fsm.CodeQueued && waitGrant {
 		select {

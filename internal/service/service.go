@@ -127,7 +127,9 @@ type Service struct {
 	// applied (its ctx ended: a client's attempt timed out, and it sends
 	// a new open). Nobody can learn such a session's ID, so it is expired
 	// when it applies instead of holding a place under MaxSessions for
-	// its TTL.
+	// its TTL. Unless a retry of the open (same OpenID) claims it: the
+	// retry's apply restarts its timer, and an attempt that finds the
+	// session an earlier one opened never expires it (see Apply).
 	abandonedOpens map[uint64]struct{}
 	// waitCopies counts the copies of each blocking acquire (session,
 	// seq) in Propose, until they return (see MaxCopiesInFlight).
@@ -151,6 +153,10 @@ type reqKey struct {
 type outcome struct {
 	res       fsm.Result
 	notLeader bool
+	// reopened: an open whose OpenID named a live session, which res
+	// names; expiring: that session's expiry is proposed, so the open is
+	// answered "retry" (UNAVAILABLE) instead (see Apply).
+	reopened, expiring bool
 }
 
 // New creates a service with an empty lock table. Bind must be called before
@@ -238,14 +244,32 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		case fsm.OpOpenSession:
 			_, abandoned := s.abandonedOpens[cmd.Nonce]
 			delete(s.abandonedOpens, cmd.Nonce)
-			if res.Code == fsm.CodeOK && s.ready {
-				if abandoned {
-					s.expireSoon(res.Session)
-				} else {
-					s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
-				}
+			o := outcome{res: res, reopened: res.Code == fsm.CodeOK && res.Session != e.GetIndex()}
+			switch {
+			case res.Code != fsm.CodeOK || !s.ready:
+			case o.reopened && s.expiring[res.Session]:
+				// A retry of an open whose session this leadership is
+				// expiring (an earlier attempt was abandoned, or nobody
+				// heartbeated it for its TTL): the Expire may apply after
+				// the client got the session. It retries, and opens anew
+				// once the Expire applied (or, if raft refused it, gets
+				// this session).
+				o.expiring = true
+			case o.reopened:
+				// A retry of an open whose answer was lost or late: the
+				// client's lease counts from before this attempt (DESIGN.md
+				// invariant 5), so the session's timer restarts now, as for
+				// a new session. This also cancels an expireSoon of an
+				// earlier, abandoned attempt: the session is not unused
+				// (invariant 3). It is never expired as abandoned itself:
+				// another attempt of the open may have received it.
+				s.renew(res.Session, time.Duration(cmd.TTL), s.clk.Now())
+			case abandoned:
+				s.expireSoon(res.Session)
+			default:
+				s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
 			}
-			s.deliver(reqKey{0, cmd.Nonce}, res)
+			s.deliverOutcome(reqKey{0, cmd.Nonce}, o)
 		case fsm.OpExpire:
 			// An Expire ignored for its stale term was decided in a
 			// leadership that ended (LeaderLost dropped its marks): the
@@ -298,14 +322,18 @@ func (s *Service) deferredDue() bool {
 }
 
 func (s *Service) deliver(k reqKey, res fsm.Result) {
+	s.deliverOutcome(k, outcome{res: res})
+}
+
+func (s *Service) deliverOutcome(k reqKey, o outcome) {
 	for _, c := range s.requests[k] {
 		if g, ok := s.grantOf[c]; ok {
 			delete(s.grantOf, c)
-			if res.Code == fsm.CodeQueued {
+			if o.res.Code == fsm.CodeQueued {
 				s.armed[g] = true
 			}
 		}
-		c <- outcome{res: res}
+		c <- o
 	}
 	delete(s.requests, k)
 	delete(s.deferred, k)
@@ -393,12 +421,20 @@ func (s *Service) touch(id uint64, ttl time.Duration, now time.Time) {
 	s.timers.push(id, ttl, now)
 }
 
+// renew is touch that always restarts the timer, even when a receipt at
+// now is recorded already (an expireSoon at the same clock reading).
+func (s *Service) renew(id uint64, ttl time.Duration, now time.Time) {
+	delete(s.last, id)
+	s.touch(id, ttl, now)
+}
+
 // expireSoon has the next scan expire session id, which nobody can use
-// (see abandonedOpens). s.mu is held and s.ready is true.
+// (see abandonedOpens), unless a receipt (a retried open that returns it,
+// a heartbeat) comes first. s.mu is held and s.ready is true.
 func (s *Service) expireSoon(id uint64) {
-	now := s.clk.Now()
-	s.last[id] = now
-	s.timers.push(id, -1, now) // due at once: a TTL below zero
+	// At the zero time, which no receipt has: any receipt supersedes it.
+	s.last[id] = time.Time{}
+	s.timers.push(id, -1, time.Time{}) // due at once: a TTL below zero
 }
 
 // abandonOpen records that the proposer of the OpOpenSession request key
@@ -417,7 +453,9 @@ func (s *Service) abandonOpen(key reqKey, reqc chan outcome) {
 	}
 	select {
 	case o := <-reqc:
-		if !o.notLeader && o.res.Code == fsm.CodeOK {
+		// Only a session this open created: one it found (reopened) is an
+		// earlier attempt's, which the client may hold (see Apply).
+		if !o.notLeader && o.res.Code == fsm.CodeOK && !o.reopened && !o.expiring {
 			s.expireUnusedLocked(o.res.Session)
 		}
 	default:

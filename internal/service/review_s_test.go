@@ -1,0 +1,169 @@
+package service
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/fsm"
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// Review S: opens carry a client-chosen open ID (lockpb.Request.open_id),
+// and a retried open gets the session an earlier attempt opened. These
+// tests check the leader's session timers around such retries.
+
+func openReq(openID uint64, ttl time.Duration) *lockpb.Request {
+	return &lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: ttl.Milliseconds(), OpenId: openID}
+}
+
+func (h *harness) setHold(hold bool) {
+	h.raf.mu.Lock()
+	h.raf.hold = hold
+	h.raf.mu.Unlock()
+}
+
+// abandonOpenAttempt sends an attempt of open openID whose caller gives up
+// before its entry applies (raft holds it); the entry stays pending.
+func (h *harness) abandonOpenAttempt(openID uint64, ttl time.Duration) {
+	h.t.Helper()
+	h.setHold(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := h.svc.Propose(ctx, openReq(openID, ttl)); err == nil {
+		h.t.Fatal("an open whose entry never applied returned no error")
+	}
+}
+
+// A retry of an open whose first attempt was abandoned (the client's
+// attempt timed out; the entry applied after, and the leader marked the
+// session for expiry as unused) gets that session, and the leader keeps
+// it: the retry's client holds it (invariant 3). Before, the session
+// expired at the next scan while the client believed in its lease.
+func TestReviewSRetryKeepsSessionOfAbandonedAttempt(t *testing.T) {
+	h := newHarness(t)
+	h.abandonOpenAttempt(7, time.Hour)
+	h.setHold(false)
+	h.raf.commitPending()
+	r := h.propose(openReq(7, time.Hour))
+	if r.GetCode() != lockpb.Code_CODE_OK || r.GetSession() == 0 {
+		t.Fatalf("retried open: %v", r)
+	}
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if n, _ := h.svc.Counts(); n != 1 || !h.live(r.GetSession()) {
+		t.Fatalf("after the next scan: %d sessions, the retry's %d live: %v; want it alone", n, r.GetSession(), h.live(r.GetSession()))
+	}
+	if alive, _, _ := h.heartbeat(r.GetSession()); !alive {
+		t.Fatal("the retry's session is not alive")
+	}
+}
+
+// The same with the attempts' entries in the other order: a late attempt
+// (delayed on its way, then abandoned) applies after the retry that was
+// answered. It finds the session, and must not have it expired as unused.
+func TestReviewSLateAbandonedAttemptKeepsAnsweredSession(t *testing.T) {
+	h := newHarness(t)
+	r := h.propose(openReq(9, time.Hour))
+	if r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("open: %v", r)
+	}
+	h.abandonOpenAttempt(9, time.Hour)
+	h.setHold(false)
+	h.raf.commitPending()
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if n, _ := h.svc.Counts(); n != 1 || !h.live(r.GetSession()) {
+		t.Fatalf("after the late attempt and a scan: %d sessions, session %d live: %v", n, r.GetSession(), h.live(r.GetSession()))
+	}
+
+	// An answer found in the channel as its caller gave up (abandonOpen's
+	// second case) names a session that was not this attempt's to expire.
+	reqc := make(chan outcome, 1)
+	reqc <- outcome{res: fsm.Result{Code: fsm.CodeOK, Session: r.GetSession()}, reopened: true}
+	h.svc.abandonOpen(reqKey{0, 12345}, reqc)
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if !h.live(r.GetSession()) {
+		t.Fatal("an abandoned retry's unread answer expired the session it found")
+	}
+}
+
+// A retry that applies while the session's expiry is proposed (the first
+// attempt was abandoned and the scan already ran) is answered UNAVAILABLE,
+// not with a session the Expire behind it ends; the client's next retry,
+// after the Expire, opens a new session.
+func TestReviewSRetryOfExpiringSessionRetries(t *testing.T) {
+	h := newHarness(t)
+	h.abandonOpenAttempt(5, time.Hour)
+	h.raf.commitPending() // still holding: later entries stay pending
+	h.svc.mu.Lock()
+	first := h.svc.m.Sessions()
+	h.svc.mu.Unlock()
+	if len(first) != 1 {
+		t.Fatalf("sessions after the abandoned attempt: %v", first)
+	}
+	retry := h.proposeAsync(openReq(5, time.Hour))
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		h.raf.mu.Lock()
+		n := len(h.raf.pending)
+		h.raf.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the retry was never proposed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue() // the Expire goes behind the retry
+	h.setHold(false)
+	h.raf.commitPending()
+	if r := <-retry; r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
+		t.Fatalf("retry of an expiring session's open: %v, want UNAVAILABLE", r)
+	}
+	if h.live(first[0].ID) {
+		t.Fatal("the abandoned attempt's session did not expire")
+	}
+	r := h.propose(openReq(5, time.Hour))
+	if r.GetCode() != lockpb.Code_CODE_OK || r.GetSession() == first[0].ID || !h.live(r.GetSession()) {
+		t.Fatalf("the next retry: %v", r)
+	}
+}
+
+// A retried open restarts the session's timer: the client's lease counts
+// from before the retry was sent (invariant 5), so the leader's expiry
+// must not count from the first attempt's apply.
+func TestReviewSRetriedOpenRestartsTimer(t *testing.T) {
+	h := newHarness(t)
+	const ttl = 10 * time.Second
+	a := h.propose(openReq(3, ttl))
+	h.clk.Advance(8 * time.Second)
+	b := h.propose(openReq(3, ttl))
+	if a.GetSession() == 0 || b.GetSession() != a.GetSession() {
+		t.Fatalf("open %v, retry %v: want one session", a, b)
+	}
+	if n, _ := h.svc.Counts(); n != 1 {
+		t.Fatalf("%d sessions after an open and its retry", n)
+	}
+	h.clk.Advance(8 * time.Second) // 16 s after the first apply, 8 s after the retry
+	h.svc.expireDue()
+	if !h.live(a.GetSession()) {
+		t.Fatal("expired a TTL after the first attempt, though a retry applied since")
+	}
+	h.clk.Advance(3 * time.Second)
+	h.svc.expireDue()
+	if h.live(a.GetSession()) {
+		t.Fatal("not expired a TTL after the retry")
+	}
+}
+
+// Opens without an open ID are not deduplicated, as before.
+func TestReviewSOpensWithoutIDAreDistinct(t *testing.T) {
+	h := newHarness(t)
+	a, b := h.propose(openReq(0, time.Hour)), h.propose(openReq(0, time.Hour))
+	if a.GetSession() == 0 || a.GetSession() == b.GetSession() {
+		t.Fatalf("two opens without an ID: %v, %v", a, b)
+	}
+}
