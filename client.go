@@ -227,7 +227,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
-	s, err := openSession(ctx, c, c.hb, c.opts.clk, o.ttl, c.opts.maxName)
+	s, err := openSession(ctx, c, c.opens, c.hb, c.opts.clk, o.ttl, c.opts.maxName)
 	if err != nil {
 		return nil, c.ctxErr(ctx, err)
 	}
@@ -566,7 +566,7 @@ func (c *Client) attemptEnded(ctx, actx context.Context, addr string, cc *grpc.C
 // (for at most as long as ctx allows, and until abort closes) if there is
 // none or it broke.
 func (c *Client) propStream(ctx context.Context, abort <-chan struct{}, addr string, cc *grpc.ClientConn) (*propStream, error) {
-	return cachedPropStream(ctx, abort, &c.mu, c.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
+	return cachedPropStream(ctx, abort, &c.mu, c.ps, addr, c.opens, func() (*grpc.ClientConn, error) { return cc, nil })
 }
 
 func (c *Client) closeConns() {

@@ -207,7 +207,7 @@ func (r *router) redial(id uint64, cc *grpc.ClientConn, sent time.Time) {
 // propStream returns the Propose stream to replica id, opening one (for
 // at most as long as ctx allows) if there is none or it broke.
 func (r *router) propStream(ctx context.Context, abort <-chan struct{}, id uint64) (*propStream, error) {
-	return cachedPropStream(ctx, abort, &r.mu, r.ps, id, func() (*grpc.ClientConn, error) { return r.conn(id) })
+	return cachedPropStream(ctx, abort, &r.mu, r.ps, id, r.opens, func() (*grpc.ClientConn, error) { return r.conn(id) })
 }
 
 // resetConnectBackoff makes every connection in gRPC's reconnect backoff
