@@ -71,7 +71,9 @@ type Session struct {
 
 // NewSession opens a session through this replica (its requests go to the
 // leader: in process when this replica leads, over gRPC otherwise). It blocks
-// until the cluster has logged the session or ctx ends.
+// until the cluster has logged the session or ctx ends. Its attempts (a retry
+// after a lost answer, or at a new leader) carry one open ID, so the cluster
+// opens one session per call, not one per attempt.
 //
 // Options: WithTTL (default Config.SessionTTL). Errors: ErrInvalidTTL,
 // ErrLimit (too many sessions), ErrClosed, ctx's error.
