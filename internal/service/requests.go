@@ -21,7 +21,15 @@ import (
 // same (session, seq) finds it). A copy of a request (session, seq) of
 // which MaxCopiesInFlight copies wait already is answered UNAVAILABLE. It
 // is also the gRPC handler.
-func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, err error) {
+func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	resp, _, err := s.proposeFound(ctx, req)
+	return resp, err
+}
+
+// proposeFound is Propose that also reports, for an open answered with a
+// session, whether an earlier attempt of the open (same open ID) created
+// that session: then its caller may hold it.
+func (s *Service) proposeFound(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, found bool, err error) {
 	if h := s.cfg.Hooks.Request; h != nil {
 		start := time.Now()
 		defer func() { h(req.GetOp(), resp, err, time.Since(start)) }()
@@ -29,9 +37,9 @@ func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (resp *lockp
 	return s.propose(ctx, req)
 }
 
-func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, bool, error) {
 	if code, hint := s.awaitReady(ctx); code != lockpb.Code_CODE_OK {
-		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, nil
+		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, false, nil
 	}
 	cmd := fsm.Command{
 		Session: req.GetSession(),
@@ -81,26 +89,26 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			// successor opened.
 			if err := s.linearize(ctx); err != nil {
 				if ctx.Err() != nil {
-					return nil, ctx.Err()
+					return nil, false, ctx.Err()
 				}
-				return s.notLeader(), nil
+				return s.notLeader(), false, nil
 			}
 			if _, live := s.SessionTTL(req.GetSession()); !live {
-				return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, nil
+				return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, false, nil
 			}
 		}
 		cmd = fsm.Command{Op: fsm.OpRevoke, IDs: []uint64{req.GetSession()}}
 	default:
-		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, false, nil
 	}
 	// A withdrawal without a name takes back its target request only.
 	targetOnly := cmd.Op == fsm.OpWithdraw && cmd.Name == "" && cmd.Target != 0
 	if (cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim) && !targetOnly {
 		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, false, nil
 		}
 		if len(cmd.Value) > s.lim.MaxValueBytes {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, false, nil
 		}
 	}
 	if req.GetListed() && cmd.Op != fsm.OpOpenSession && cmd.Op != fsm.OpRevoke {
@@ -108,7 +116,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		// this one is retired (fsm.Command.Listed).
 		p := req.GetPending()
 		if len(p) > MaxListed || !strictlyBelow(p, cmd.Seq) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}, false, nil
 		}
 		cmd.Listed, cmd.Pending = true, p
 	}
@@ -139,7 +147,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		// waiting acquire queues, then is granted), and a refusal tells
 		// the client that nothing changed.
 		s.mu.Unlock()
-		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: fmt.Sprintf("%d copies of this request in flight: retry", MaxCopiesInFlight)}, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: fmt.Sprintf("%d copies of this request in flight: retry", MaxCopiesInFlight)}, false, nil
 	}
 	s.requests[key] = append(s.requests[key], reqc)
 	// An acquire that will wait behind another session's hold can only be
@@ -184,9 +192,9 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
-		return s.notLeader(), nil
+		return s.notLeader(), false, nil
 	}
 	var o outcome
 	select {
@@ -195,27 +203,27 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		if cmd.Op == fsm.OpOpenSession {
 			s.abandonOpen(key, reqc)
 		}
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	case <-s.raft.Done():
-		return s.notLeader(), nil
+		return s.notLeader(), false, nil
 	}
 	if o.notLeader {
-		return s.notLeader(), nil
+		return s.notLeader(), false, nil
 	}
 	if o.expiring {
-		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}, false, nil
 	}
 	if o.res.Code == fsm.CodeQueued && waitGrant {
 		select {
 		case o = <-grantc:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		if o.notLeader {
-			return s.notLeader(), nil
+			return s.notLeader(), false, nil
 		}
 	}
-	return ResponseOf(o.res), nil
+	return ResponseOf(o.res), o.reopened, nil
 }
 
 // MaxCopiesInFlight bounds the copies of one request (session, seq)

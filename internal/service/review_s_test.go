@@ -167,3 +167,64 @@ func TestReviewSOpensWithoutIDAreDistinct(t *testing.T) {
 		t.Fatalf("two opens without an ID: %v, %v", a, b)
 	}
 }
+
+// An open on a propose stream answered as its caller cancelled it (the
+// answer is never sent) expires the session only if this attempt created
+// it: a session an earlier attempt of the open created (found by its open
+// ID) may be its client's. Before, the stream expired that one too.
+func TestReviewSStreamCancelledRetryKeepsFoundSession(t *testing.T) {
+	h := newHarness(t)
+	held := h.propose(openReq(21, time.Hour)).GetSession()
+	st := streamHarness(t, h)
+	answered := make(chan uint64)
+	proceed := make(chan struct{})
+	// Runs in the call's goroutine after Propose returned, before the
+	// stream looks at the call's context.
+	h.svc.cfg.Hooks.Request = func(op lockpb.Op, resp *lockpb.Response, err error, _ time.Duration) {
+		if op == lockpb.Op_OP_OPEN_SESSION && err == nil && resp.GetCode() == lockpb.Code_CODE_OK {
+			answered <- resp.GetSession()
+			<-proceed
+		}
+	}
+	// cancelledOpen sends an open of openID on the stream as call id and
+	// cancels it once it is answered, before the answer goes out.
+	cancelledOpen := func(id, openID uint64) uint64 {
+		t.Helper()
+		if err := st.Send(&lockpb.ProposeCalls{Calls: []*lockpb.ProposeCall{call(id, openReq(openID, time.Hour))}}); err != nil {
+			t.Fatal(err)
+		}
+		session := <-answered
+		// The cancel, then a call answered at once: once its answer is
+		// here, the stream has cancelled the open's context.
+		if err := st.Send(&lockpb.ProposeCalls{Calls: []*lockpb.ProposeCall{
+			{Id: id, Cancel: true}, call(id+1, &lockpb.Request{Op: lockpb.Op(99)}),
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		recvReplies(t, st, id+1)
+		proceed <- struct{}{}
+		return session
+	}
+	// expiredWithin reports whether session id ends within d of scans.
+	expiredWithin := func(id uint64, d time.Duration) bool {
+		for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			h.clk.Advance(time.Millisecond)
+			h.svc.expireDue()
+			if !h.live(id) {
+				return true
+			}
+		}
+		return false
+	}
+
+	// The control: an open that created its session is expired.
+	if created := cancelledOpen(1, 22); !expiredWithin(created, 5*time.Second) {
+		t.Fatal("the session of a cancelled open that created it was not expired")
+	}
+	if found := cancelledOpen(3, 21); found != held {
+		t.Fatalf("the retry found session %d, want %d", found, held)
+	}
+	if expiredWithin(held, 300*time.Millisecond) {
+		t.Fatal("a cancelled retry expired the session an earlier attempt opened")
+	}
+}
