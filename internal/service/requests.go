@@ -21,15 +21,7 @@ import (
 // same (session, seq) finds it). A copy of a request (session, seq) of
 // which MaxCopiesInFlight copies wait already is answered UNAVAILABLE. It
 // is also the gRPC handler.
-func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-	resp, _, err := s.proposeFound(ctx, req)
-	return resp, err
-}
-
-// proposeFound is Propose that also reports, for an open answered with a
-// session, whether an earlier attempt of the open (same open ID) created
-// that session: then its caller may hold it.
-func (s *Service) proposeFound(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, found bool, err error) {
+func (s *Service) Propose(ctx context.Context, req *lockpb.Request) (resp *lockpb.Response, err error) {
 	if h := s.cfg.Hooks.Request; h != nil {
 		start := time.Now()
 		defer func() { h(req.GetOp(), resp, err, time.Since(start)) }()
@@ -37,9 +29,9 @@ func (s *Service) proposeFound(ctx context.Context, req *lockpb.Request) (resp *
 	return s.propose(ctx, req)
 }
 
-func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, bool, error) {
+func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
 	if code, hint := s.awaitReady(ctx); code != lockpb.Code_CODE_OK {
-		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, false, nil
+		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, nil
 	}
 	cmd := fsm.Command{
 		Session: req.GetSession(),
@@ -89,26 +81,26 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			// successor opened.
 			if err := s.linearize(ctx); err != nil {
 				if ctx.Err() != nil {
-					return nil, false, ctx.Err()
+					return nil, ctx.Err()
 				}
-				return s.notLeader(), false, nil
+				return s.notLeader(), nil
 			}
 			if _, live := s.SessionTTL(req.GetSession()); !live {
-				return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, false, nil
+				return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, nil
 			}
 		}
 		cmd = fsm.Command{Op: fsm.OpRevoke, IDs: []uint64{req.GetSession()}}
 	default:
-		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, false, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
 	}
 	// A withdrawal without a name takes back its target request only.
 	targetOnly := cmd.Op == fsm.OpWithdraw && cmd.Name == "" && cmd.Target != 0
 	if (cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpRelease || cmd.Op == fsm.OpWithdraw || cmd.Op == fsm.OpProclaim) && !targetOnly {
 		if !fsm.ValidKey(cmd.Name, s.lim.MaxNameBytes) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, false, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: s.nameRule()}, nil
 		}
 		if len(cmd.Value) > s.lim.MaxValueBytes {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, false, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
 		}
 	}
 	if req.GetListed() && cmd.Op != fsm.OpOpenSession && cmd.Op != fsm.OpRevoke {
@@ -116,7 +108,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		// this one is retired (fsm.Command.Listed).
 		p := req.GetPending()
 		if len(p) > MaxListed || !strictlyBelow(p, cmd.Seq) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}, false, nil
+			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}, nil
 		}
 		cmd.Listed, cmd.Pending = true, p
 	}
@@ -124,10 +116,23 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	reqc := make(chan outcome, 1)
 	var grantc chan outcome
 	s.mu.Lock()
+	joined := false // waits for the entry of an earlier attempt
 	switch cmd.Op {
 	case fsm.OpOpenSession:
+		if k, ok := s.openInFlight[cmd.OpenID]; ok && cmd.OpenID != 0 {
+			// A retry of an open whose entry this leadership proposed and
+			// has not applied (the earlier attempt timed out under load):
+			// it waits for that entry's answer instead of logging another
+			// (see openInFlight).
+			key, joined = k, true
+			delete(s.abandonedOpens, k.seq) // a caller waits for it again
+			break
+		}
 		cmd.Nonce = s.rnd.Uint64()
 		key = reqKey{0, cmd.Nonce}
+		if cmd.OpenID != 0 {
+			s.openInFlight[cmd.OpenID] = key
+		}
 	case fsm.OpRevoke:
 		// Answered when the session ends (EventSessionEnded) or, if it is
 		// already gone, by the revoke's own apply.
@@ -145,9 +150,10 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	if copies >= MaxCopiesInFlight {
 		// Not CODE_LIMIT: the copies in flight may still take effect (a
 		// waiting acquire queues, then is granted), and a refusal tells
-		// the client that nothing changed.
+		// the client that nothing changed. (An open's copies join one
+		// entry: never more than one open ID's callers.)
 		s.mu.Unlock()
-		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: fmt.Sprintf("%d copies of this request in flight: retry", MaxCopiesInFlight)}, false, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: fmt.Sprintf("%d copies of this request in flight: retry", MaxCopiesInFlight)}, nil
 	}
 	s.requests[key] = append(s.requests[key], reqc)
 	// An acquire that will wait behind another session's hold can only be
@@ -184,46 +190,52 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	// The answer comes on reqc: the entry's apply, leadership lost, or
 	// raft's refusal (refuse). An entry the node never took because it
 	// stopped is answered through Done.
-	err := s.raft.ProposeAsync(ctx, raftnode.AsyncProposal{
-		Data:     fsm.Encode(&cmd),
-		Deferred: deferred,
-		Epoch:    epoch,
-		Refused:  func(error) { s.refuse(key, reqc) },
-	})
+	var err error
+	if !joined {
+		err = s.raft.ProposeAsync(ctx, raftnode.AsyncProposal{
+			Data:     fsm.Encode(&cmd),
+			Deferred: deferred,
+			Epoch:    epoch,
+			Refused:  func(error) { s.refuse(key, reqc, cmd.OpenID) },
+		})
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, false, ctx.Err()
+		if cmd.Op == fsm.OpOpenSession {
+			s.notProposed(key, reqc, cmd.OpenID)
 		}
-		return s.notLeader(), false, nil
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return s.notLeader(), nil
 	}
 	var o outcome
 	select {
 	case o = <-reqc:
 	case <-ctx.Done():
 		if cmd.Op == fsm.OpOpenSession {
-			s.abandonOpen(key, reqc)
+			s.abandonOpen(key, reqc, cmd.OpenID)
 		}
-		return nil, false, ctx.Err()
+		return nil, ctx.Err()
 	case <-s.raft.Done():
-		return s.notLeader(), false, nil
+		return s.notLeader(), nil
 	}
 	if o.notLeader {
-		return s.notLeader(), false, nil
+		return s.notLeader(), nil
 	}
 	if o.expiring {
-		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}, false, nil
+		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}, nil
 	}
 	if o.res.Code == fsm.CodeQueued && waitGrant {
 		select {
 		case o = <-grantc:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if o.notLeader {
-			return s.notLeader(), false, nil
+			return s.notLeader(), nil
 		}
 	}
-	return ResponseOf(o.res), o.reopened, nil
+	return ResponseOf(o.res), nil
 }
 
 // MaxCopiesInFlight bounds the copies of one request (session, seq)
@@ -265,15 +277,42 @@ func strictlyBelow(p []uint64, seq uint64) bool {
 
 // refuse answers reqc NOT_LEADER, if it still waits for the request key:
 // raft refused the request's entry (not the leader, a leadership transfer
-// under way, too much uncommitted). It runs on raft's goroutine.
-func (s *Service) refuse(key reqKey, reqc chan outcome) {
+// under way, too much uncommitted), and so are the other waiters of an
+// open's entry (of open ID openID). It runs on raft's goroutine.
+func (s *Service) refuse(key reqKey, reqc chan outcome, openID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dropRequest(key, reqc) {
 		reqc <- outcome{notLeader: true}
 	} // else answered already (an earlier copy of the request applied)
 	if key.session == 0 {
-		delete(s.abandonedOpens, key.seq) // never in the log
+		// An open's or revoke's entry, never in the log: the retries of
+		// the open that joined it are answered too.
+		s.dropNonce(key, openID)
+	}
+}
+
+// notProposed is refuse for an open of openID whose entry raft never took
+// (its proposer's ctx ended first, or the node stopped): reqc, the
+// proposer's waiter, is answered by the proposer itself.
+func (s *Service) notProposed(key reqKey, reqc chan outcome, openID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropRequest(key, reqc)
+	s.dropNonce(key, openID)
+}
+
+// dropNonce forgets the open (of openID) or revoke entry key (session 0),
+// which is not in the log: its waiters are answered NOT_LEADER, so that
+// they send their request again. s.mu is held.
+func (s *Service) dropNonce(key reqKey, openID uint64) {
+	for _, c := range s.requests[key] {
+		c <- outcome{notLeader: true}
+	}
+	delete(s.requests, key)
+	delete(s.abandonedOpens, key.seq)
+	if s.openInFlight[openID] == key {
+		delete(s.openInFlight, openID)
 	}
 }
 

@@ -2,11 +2,13 @@ package service
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/raftnode"
 )
 
 // Review S: opens carry a client-chosen open ID (lockpb.Request.open_id),
@@ -78,10 +80,10 @@ func TestReviewSLateAbandonedAttemptKeepsAnsweredSession(t *testing.T) {
 	}
 
 	// An answer found in the channel as its caller gave up (abandonOpen's
-	// second case) names a session that was not this attempt's to expire.
+	// second case) names a session another attempt of the open may hold.
 	reqc := make(chan outcome, 1)
 	reqc <- outcome{res: fsm.Result{Code: fsm.CodeOK, Session: r.GetSession()}, reopened: true}
-	h.svc.abandonOpen(reqKey{0, 12345}, reqc)
+	h.svc.abandonOpen(reqKey{0, 12345}, reqc, 9)
 	h.clk.Advance(time.Millisecond)
 	h.svc.expireDue()
 	if !h.live(r.GetSession()) {
@@ -169,9 +171,9 @@ func TestReviewSOpensWithoutIDAreDistinct(t *testing.T) {
 }
 
 // An open on a propose stream answered as its caller cancelled it (the
-// answer is never sent) expires the session only if this attempt created
-// it: a session an earlier attempt of the open created (found by its open
-// ID) may be its client's. Before, the stream expired that one too.
+// answer is never sent) expires the session only without an open ID: with
+// one, another attempt of the open may hold the session (here an earlier
+// one, answered). Before, the stream expired that one too.
 func TestReviewSStreamCancelledRetryKeepsFoundSession(t *testing.T) {
 	h := newHarness(t)
 	held := h.propose(openReq(21, time.Hour)).GetSession()
@@ -217,14 +219,172 @@ func TestReviewSStreamCancelledRetryKeepsFoundSession(t *testing.T) {
 		return false
 	}
 
-	// The control: an open that created its session is expired.
-	if created := cancelledOpen(1, 22); !expiredWithin(created, 5*time.Second) {
-		t.Fatal("the session of a cancelled open that created it was not expired")
+	// The control: an open without an ID is expired.
+	if created := cancelledOpen(1, 0); !expiredWithin(created, 5*time.Second) {
+		t.Fatal("the session of a cancelled open without an open ID was not expired")
 	}
 	if found := cancelledOpen(3, 21); found != held {
 		t.Fatalf("the retry found session %d, want %d", found, held)
 	}
 	if expiredWithin(held, 300*time.Millisecond) {
 		t.Fatal("a cancelled retry expired the session an earlier attempt opened")
+	}
+}
+
+// pendingEntries is the number of entries raft holds (hold mode).
+func (h *harness) pendingEntries() int {
+	h.raf.mu.Lock()
+	defer h.raf.mu.Unlock()
+	return len(h.raf.pending)
+}
+
+// A retry of an open whose entry the leader proposed and has not applied
+// (the client's attempt timed out under load) waits for that entry
+// instead of logging another: under overload each retry's entry only
+// lengthened the backlog that made the attempts time out (review N saw
+// about 32 attempts per session). It gets the session the entry opens,
+// which is then not expired as abandoned.
+func TestReviewSRetryJoinsPendingOpen(t *testing.T) {
+	h := newHarness(t)
+	h.abandonOpenAttempt(4, time.Hour)
+	if n := h.pendingEntries(); n != 1 {
+		t.Fatalf("%d entries pending after the first attempt", n)
+	}
+	retry := h.proposeAsync(openReq(4, time.Hour))
+	waitFor(t, "the retry to wait", func() bool {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		return len(h.svc.requests) == 1
+	})
+	if n := h.pendingEntries(); n != 1 {
+		t.Fatalf("%d entries pending after the retry, want the first attempt's alone", n)
+	}
+	h.setHold(false)
+	h.raf.commitPending()
+	r := <-retry
+	if r.GetCode() != lockpb.Code_CODE_OK || r.GetSession() == 0 {
+		t.Fatalf("retry: %v", r)
+	}
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if n, _ := h.svc.Counts(); n != 1 || !h.live(r.GetSession()) {
+		t.Fatalf("after a scan: %d sessions, the retry's live: %v", n, h.live(r.GetSession()))
+	}
+	h.svc.mu.Lock()
+	left := len(h.svc.openInFlight) + len(h.svc.abandonedOpens)
+	h.svc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d opens still recorded after the apply", left)
+	}
+	// Once it applied, the next open with the ID logs an entry of its own.
+	h.propose(openReq(4, time.Hour))
+	if n, _ := h.svc.Counts(); n != 1 {
+		t.Fatalf("%d sessions after a later retry", n)
+	}
+}
+
+// refusingRaft is fakeRaft whose ProposeAsync keeps each entry's Refused
+// callback and proposes nothing (refusals come when the test says).
+type refusingRaft struct {
+	*fakeRaft
+	mu      sync.Mutex
+	refused []func(error)
+}
+
+func (r *refusingRaft) ProposeAsync(ctx context.Context, p raftnode.AsyncProposal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused = append(r.refused, p.Refused)
+	return nil
+}
+
+func (r *refusingRaft) proposals() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.refused)
+}
+
+// When raft refuses an open's entry, the retries that joined it are
+// answered NOT_LEADER too (they send the open again), and the entry is
+// forgotten: the next attempt proposes its own.
+func TestReviewSRefusedOpenAnswersJoinedRetries(t *testing.T) {
+	h := newHarness(t)
+	rr := &refusingRaft{fakeRaft: h.raf}
+	h.svc.Bind(rr)
+	first := h.proposeAsync(openReq(6, time.Hour))
+	waitFor(t, "the first attempt's proposal", func() bool { return rr.proposals() == 1 })
+	retry := h.proposeAsync(openReq(6, time.Hour))
+	waitFor(t, "the retry to wait", func() bool {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		for _, cs := range h.svc.requests {
+			if len(cs) == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	if n := rr.proposals(); n != 1 {
+		t.Fatalf("%d proposals, want the first attempt's alone", n)
+	}
+	rr.refused[0](raftnode.ErrNotLeader)
+	for _, c := range []<-chan *lockpb.Response{first, retry} {
+		select {
+		case r := <-c:
+			if r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+				t.Fatalf("after the refusal: %v, want NOT_LEADER", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("an attempt waiting for the refused entry was not answered")
+		}
+	}
+	h.svc.mu.Lock()
+	left := len(h.svc.openInFlight) + len(h.svc.requests)
+	h.svc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d opens or waiters left after the refusal", left)
+	}
+	h.proposeAsync(openReq(6, time.Hour))
+	waitFor(t, "the next attempt's own proposal", func() bool { return rr.proposals() == 2 })
+}
+
+// The first attempt's cancel may reach the leader after its retry joined
+// the entry (they travel on different streams): the entry still has a
+// waiter, so its session is not expired as abandoned.
+func TestReviewSJoinedRetryOutlivesFirstAttemptsCancel(t *testing.T) {
+	h := newHarness(t)
+	h.setHold(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := h.svc.Propose(ctx, openReq(8, time.Hour))
+		firstErr <- err
+	}()
+	waitFor(t, "the first attempt's entry", func() bool { return h.pendingEntries() == 1 })
+	retry := h.proposeAsync(openReq(8, time.Hour))
+	waitFor(t, "the retry to join", func() bool {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		for _, cs := range h.svc.requests {
+			if len(cs) == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	cancel()
+	if err := <-firstErr; err == nil {
+		t.Fatal("the cancelled first attempt returned no error")
+	}
+	h.setHold(false)
+	h.raf.commitPending()
+	r := <-retry
+	if r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("retry: %v", r)
+	}
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if !h.live(r.GetSession()) {
+		t.Fatal("the session the joined retry received was expired as abandoned")
 	}
 }

@@ -131,6 +131,13 @@ type Service struct {
 	// retry's apply restarts its timer, and an attempt that finds the
 	// session an earlier one opened never expires it (see Apply).
 	abandonedOpens map[uint64]struct{}
+	// openInFlight maps the OpenID of each open this leadership proposed
+	// and has not applied to its request key: a retry of the open (its
+	// client's attempt timed out, under load) waits for that entry
+	// instead of logging another, which would only return the same
+	// session (fsm.Command.OpenID). Without it each retry under overload
+	// added an entry to the backlog that made the attempts time out.
+	openInFlight map[uint64]reqKey
 	// waitCopies counts the copies of each blocking acquire (session,
 	// seq) in Propose, until they return (see MaxCopiesInFlight).
 	waitCopies map[reqKey]int
@@ -196,6 +203,7 @@ func New(cfg Config) *Service {
 		readyC:   make(chan struct{}),
 
 		abandonedOpens: make(map[uint64]struct{}),
+		openInFlight:   make(map[uint64]reqKey),
 		waitCopies:     make(map[reqKey]int),
 	}
 }
@@ -244,6 +252,9 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		case fsm.OpOpenSession:
 			_, abandoned := s.abandonedOpens[cmd.Nonce]
 			delete(s.abandonedOpens, cmd.Nonce)
+			if k, ok := s.openInFlight[cmd.OpenID]; ok && k.seq == cmd.Nonce {
+				delete(s.openInFlight, cmd.OpenID)
+			}
 			o := outcome{res: res, reopened: res.Code == fsm.CodeOK && res.Session != e.GetIndex()}
 			switch {
 			case res.Code != fsm.CodeOK || !s.ready:
@@ -390,6 +401,7 @@ func (s *Service) LeaderLost() {
 	clear(s.expiring)
 	clear(s.deferred) // raftnode refuses the held ones (ErrNotLeader)
 	clear(s.abandonedOpens)
+	clear(s.openInFlight)
 	s.timers.clear()
 	for k, cs := range s.requests {
 		for _, c := range cs {
@@ -438,24 +450,30 @@ func (s *Service) expireSoon(id uint64) {
 }
 
 // abandonOpen records that the proposer of the OpOpenSession request key
-// stopped waiting for its answer (on reqc): the session it opens, if the
-// entry applies, is expired at once (see abandonedOpens). An answer that
-// came meanwhile is lost with reqc, so its session is expired now.
-func (s *Service) abandonOpen(key reqKey, reqc chan outcome) {
+// (of open ID openID) stopped waiting for its answer (on reqc): the
+// session it opens, if the entry applies, is expired at once (see
+// abandonedOpens). An answer that came meanwhile is lost with reqc, so its
+// session is expired now, unless the open has an open ID: another attempt
+// of it may have got that session since (the entry applied before this
+// caller looked at reqc; a retry's entry applied after it found the
+// session), or may still get it. Such a session, if no attempt takes it,
+// expires after its TTL.
+func (s *Service) abandonOpen(key reqKey, reqc chan outcome, openID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ready {
 		return // a leadership that ended: the next one knows nothing of it
 	}
 	if s.dropRequest(key, reqc) {
-		s.abandonedOpens[key.seq] = struct{}{}
+		if len(s.requests[key]) == 0 {
+			// Nobody else waits (a retry that joined the entry does).
+			s.abandonedOpens[key.seq] = struct{}{}
+		}
 		return
 	}
 	select {
 	case o := <-reqc:
-		// Only a session this open created: one it found (reopened) is an
-		// earlier attempt's, which the client may hold (see Apply).
-		if !o.notLeader && o.res.Code == fsm.CodeOK && !o.reopened && !o.expiring {
+		if !o.notLeader && o.res.Code == fsm.CodeOK && openID == 0 {
 			s.expireUnusedLocked(o.res.Session)
 		}
 	default:

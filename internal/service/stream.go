@@ -124,7 +124,7 @@ func (s *Service) ProposeStream(stream lockpb.Lock_ProposeStreamServer) error {
 			inflight.Add(1)
 			go func(req *lockpb.Request) {
 				defer inflight.Done()
-				resp, found, err := s.proposeFound(cctx, req)
+				resp, err := s.Propose(cctx, req)
 				cancelled := cctx.Err() != nil
 				mu.Lock()
 				delete(calls, id)
@@ -134,10 +134,11 @@ func (s *Service) ProposeStream(stream lockpb.Lock_ProposeStreamServer) error {
 				// cancelled (no answer wanted) or the stream is ending.
 				if err == nil && !cancelled {
 					reply(&lockpb.ProposeReply{Id: id, Response: resp})
-				} else if err == nil && req.GetOp() == lockpb.Op_OP_OPEN_SESSION && resp.GetCode() == lockpb.Code_CODE_OK && !found {
+				} else if err == nil && req.GetOp() == lockpb.Op_OP_OPEN_SESSION && resp.GetCode() == lockpb.Code_CODE_OK && req.GetOpenId() == 0 {
 					// Opened as the client gave up: nobody learns the
-					// session's ID. (Not one an earlier attempt of the
-					// open created, found: its client may hold it.)
+					// session's ID. Not with an open ID: another attempt
+					// of the open may have got the same session, or get
+					// it (see Service.abandonOpen).
 					s.expireUnused(resp.GetSession())
 				}
 			}(c.GetRequest())
