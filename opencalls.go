@@ -21,11 +21,10 @@ import (
 // session only once the call has failed (no attempt will take the
 // session); while the call goes on it is kept with the call, and closed
 // if the call fails; once the call succeeded (its session is this one,
-// or one opened after this one ended), or for an attempt of no call of
-// this process (a replica forwarding a client's open, whose client may
-// retry), it is left alone: the leader expires a session whose opener
-// gave up before its answer, and otherwise the session ends after its
-// TTL, unheartbeated.
+// or one opened after this one ended) it is left alone, and so is one of
+// a call forgotten (failed over abandonedOpenTTL ago): the leader expires
+// a session whose opener gave up before its answer, and otherwise the
+// session ends after its TTL, unheartbeated.
 type openCalls struct {
 	mu    sync.Mutex
 	calls map[uint64]*openCall
