@@ -257,6 +257,19 @@ func (m *Machine) Session(id uint64) (SessionInfo, bool) {
 	return SessionInfo{ID: id, TTL: s.ttl}, true
 }
 
+// OpenedBy returns the live session that an open with the non-zero
+// openID created (Command.OpenID), or false if there is none.
+func (m *Machine) OpenedBy(openID uint64) (SessionInfo, bool) {
+	if openID == 0 {
+		return SessionInfo{}, false
+	}
+	id, ok := m.opens[openID]
+	if !ok {
+		return SessionInfo{}, false
+	}
+	return SessionInfo{ID: id, TTL: m.sessions[id].ttl}, true
+}
+
 // Sessions returns every live session, sorted by ID, in a fresh slice (nil
 // when there is none).
 func (m *Machine) Sessions() []SessionInfo {

@@ -113,6 +113,12 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		cmd.Listed, cmd.Pending = true, p
 	}
 
+	if cmd.Op == fsm.OpOpenSession && cmd.OpenID != 0 {
+		if resp, done, err := s.reopen(ctx, &cmd); done {
+			return resp, err
+		}
+	}
+
 	reqc := make(chan outcome, 1)
 	var grantc chan outcome
 	s.mu.Lock()
@@ -223,7 +229,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		return s.notLeader(), nil
 	}
 	if o.expiring {
-		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}, nil
+		return reopenExpiring(), nil
 	}
 	if o.res.Code == fsm.CodeQueued && waitGrant {
 		select {
@@ -236,6 +242,57 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		}
 	}
 	return ResponseOf(o.res), nil
+}
+
+// reopen answers a retry of an open whose session is live in the table
+// (an earlier attempt's entry applied; its answer was lost or came after
+// the client gave up) without logging another entry, which would only
+// return that session: under overload most attempts were such retries,
+// each adding an entry to the backlog that made them time out. It is a
+// heartbeat of the session: its timer restarts on receipt (the client's
+// lease counts from before its first attempt, invariant 5), and the answer
+// waits for a leadership confirmation issued after receipt and the apply
+// of everything before it, after which the session must still be live and
+// not expiring (invariants 3 and 4; see Heartbeat). A session being
+// expired is answered UNAVAILABLE: the client retries, and opens anew
+// once the Expire applied. done is false when cmd is not such a retry (no
+// live session of its open ID, or one with another TTL, which the log
+// answers CodeInvalid): it goes through the log.
+func (s *Service) reopen(ctx context.Context, cmd *fsm.Command) (resp *lockpb.Response, done bool, err error) {
+	s.mu.Lock()
+	si, live := s.m.OpenedBy(cmd.OpenID)
+	if !live || si.TTL != cmd.TTL || !s.ready {
+		s.mu.Unlock()
+		return nil, false, nil
+	}
+	if s.expiring[si.ID] {
+		s.mu.Unlock()
+		return reopenExpiring(), true, nil
+	}
+	term := s.term
+	s.renew(si.ID, time.Duration(si.TTL), s.clk.Now())
+	s.mu.Unlock()
+	if err := s.linearize(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, true, ctx.Err()
+		}
+		return s.notLeader(), true, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready || s.term != term {
+		return s.notLeader(), true, nil
+	}
+	if _, ok := s.m.Session(si.ID); !ok || s.expiring[si.ID] {
+		return reopenExpiring(), true, nil
+	}
+	return ResponseOf(fsm.Result{Code: fsm.CodeOK, Session: si.ID}), true, nil
+}
+
+// reopenExpiring answers a retried open whose session is being expired
+// (or ended since): the client retries, and then opens a new session.
+func reopenExpiring() *lockpb.Response {
+	return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}
 }
 
 // MaxCopiesInFlight bounds the copies of one request (session, seq)

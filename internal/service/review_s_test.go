@@ -61,18 +61,32 @@ func TestReviewSRetryKeepsSessionOfAbandonedAttempt(t *testing.T) {
 	}
 }
 
+// logOpen logs an open entry of openID with nonce (as an attempt that
+// reached raft by another way than Propose: a straggler, a race), its
+// waiter, if any, registered by the caller.
+func (h *harness) logOpen(openID, nonce uint64, ttl time.Duration) {
+	h.t.Helper()
+	cmd := fsm.Command{Op: fsm.OpOpenSession, TTL: int64(ttl), Nonce: nonce, OpenID: openID}
+	if err := h.raf.Propose(context.Background(), fsm.Encode(&cmd)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // The same with the attempts' entries in the other order: a late attempt
 // (delayed on its way, then abandoned) applies after the retry that was
 // answered. It finds the session, and must not have it expired as unused.
+// (Propose answers a retry whose session is live without logging it, so
+// the late entry is logged directly.)
 func TestReviewSLateAbandonedAttemptKeepsAnsweredSession(t *testing.T) {
 	h := newHarness(t)
 	r := h.propose(openReq(9, time.Hour))
 	if r.GetCode() != lockpb.Code_CODE_OK {
 		t.Fatalf("open: %v", r)
 	}
-	h.abandonOpenAttempt(9, time.Hour)
-	h.setHold(false)
-	h.raf.commitPending()
+	h.svc.mu.Lock()
+	h.svc.abandonedOpens[777] = struct{}{}
+	h.svc.mu.Unlock()
+	h.logOpen(9, 777, time.Hour)
 	h.clk.Advance(time.Millisecond)
 	h.svc.expireDue()
 	if n, _ := h.svc.Counts(); n != 1 || !h.live(r.GetSession()) {
@@ -91,10 +105,10 @@ func TestReviewSLateAbandonedAttemptKeepsAnsweredSession(t *testing.T) {
 	}
 }
 
-// A retry that applies while the session's expiry is proposed (the first
+// A retry that arrives while the session's expiry is proposed (the first
 // attempt was abandoned and the scan already ran) is answered UNAVAILABLE,
-// not with a session the Expire behind it ends; the client's next retry,
-// after the Expire, opens a new session.
+// not with a session the Expire ends; the client's next retry, after the
+// Expire, opens a new session.
 func TestReviewSRetryOfExpiringSessionRetries(t *testing.T) {
 	h := newHarness(t)
 	h.abandonOpenAttempt(5, time.Hour)
@@ -105,32 +119,76 @@ func TestReviewSRetryOfExpiringSessionRetries(t *testing.T) {
 	if len(first) != 1 {
 		t.Fatalf("sessions after the abandoned attempt: %v", first)
 	}
-	retry := h.proposeAsync(openReq(5, time.Hour))
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		h.raf.mu.Lock()
-		n := len(h.raf.pending)
-		h.raf.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the retry was never proposed")
-		}
-		time.Sleep(time.Millisecond)
-	}
 	h.clk.Advance(time.Millisecond)
-	h.svc.expireDue() // the Expire goes behind the retry
-	h.setHold(false)
-	h.raf.commitPending()
-	if r := <-retry; r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
+	h.svc.expireDue() // the Expire is proposed, held
+	if r := h.propose(openReq(5, time.Hour)); r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
 		t.Fatalf("retry of an expiring session's open: %v, want UNAVAILABLE", r)
 	}
+	h.setHold(false)
+	h.raf.commitPending()
 	if h.live(first[0].ID) {
 		t.Fatal("the abandoned attempt's session did not expire")
 	}
 	r := h.propose(openReq(5, time.Hour))
 	if r.GetCode() != lockpb.Code_CODE_OK || r.GetSession() == first[0].ID || !h.live(r.GetSession()) {
 		t.Fatalf("the next retry: %v", r)
+	}
+}
+
+// The same when the retry's entry is logged before the Expire is
+// proposed and applies after (a race Propose's check does not see): its
+// waiter is answered "expiring" (UNAVAILABLE), not with the session.
+func TestReviewSLoggedRetryOfExpiringSessionRetries(t *testing.T) {
+	h := newHarness(t)
+	id := h.propose(openReq(5, time.Hour)).GetSession()
+	h.setHold(true)
+	reqc := make(chan outcome, 1)
+	h.svc.mu.Lock()
+	h.svc.requests[reqKey{0, 888}] = []chan outcome{reqc}
+	h.svc.mu.Unlock()
+	h.logOpen(5, 888, time.Hour)
+	h.svc.mu.Lock()
+	h.svc.expireSoon(id)
+	h.svc.mu.Unlock()
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue() // the Expire goes behind the retry
+	h.setHold(false)
+	h.raf.commitPending()
+	if o := <-reqc; !o.expiring || !o.reopened {
+		t.Fatalf("retry logged before the Expire: %+v, want expiring", o)
+	}
+	if h.live(id) {
+		t.Fatal("the session did not expire")
+	}
+}
+
+// A retry of an open whose session is live is answered from the table,
+// without another entry, after a leadership confirmation issued after it
+// arrived; a deposed leader answers NOT_LEADER.
+func TestReviewSRetryOfLiveSessionLogsNothing(t *testing.T) {
+	h := newHarness(t)
+	id := h.propose(openReq(12, time.Hour)).GetSession()
+	h.raf.mu.Lock()
+	index, reads := h.raf.index, h.raf.reads
+	h.raf.mu.Unlock()
+	if r := h.propose(openReq(12, time.Hour)); r.GetCode() != lockpb.Code_CODE_OK || r.GetSession() != id {
+		t.Fatalf("retry: %v, want session %d", r, id)
+	}
+	h.raf.mu.Lock()
+	index2, reads2 := h.raf.index, h.raf.reads
+	h.raf.mu.Unlock()
+	if index2 != index || reads2 != reads+1 {
+		t.Fatalf("the retry logged %d entries and confirmed leadership %d times, want 0 and 1", index2-index, reads2-reads)
+	}
+	// Another TTL goes through the log, which refuses it.
+	if r := h.propose(openReq(12, 2*time.Hour)); r.GetCode() != lockpb.Code_CODE_INVALID {
+		t.Fatalf("retry with another TTL: %v, want INVALID", r)
+	}
+	h.raf.mu.Lock()
+	h.raf.readErr = raftnode.ErrNotLeader
+	h.raf.mu.Unlock()
+	if r := h.propose(openReq(12, time.Hour)); r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+		t.Fatalf("retry at a leader whose confirmation fails: %v, want NOT_LEADER", r)
 	}
 }
 
@@ -276,7 +334,7 @@ func TestReviewSRetryJoinsPendingOpen(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d opens still recorded after the apply", left)
 	}
-	// Once it applied, the next open with the ID logs an entry of its own.
+	// Once it applied, the next open with the ID gets the same session.
 	h.propose(openReq(4, time.Hour))
 	if n, _ := h.svc.Counts(); n != 1 {
 		t.Fatalf("%d sessions after a later retry", n)
@@ -386,5 +444,33 @@ func TestReviewSJoinedRetryOutlivesFirstAttemptsCancel(t *testing.T) {
 	h.svc.expireDue()
 	if !h.live(r.GetSession()) {
 		t.Fatal("the session the joined retry received was expired as abandoned")
+	}
+}
+
+// A session whose expiry is proposed while the retry waits for its
+// leadership confirmation is not returned: the Expire ends it.
+func TestReviewSRetryAnsweredAfterConfirmationSeesExpiry(t *testing.T) {
+	h := newHarness(t)
+	id := h.propose(openReq(13, time.Hour)).GetSession()
+	gate := make(chan struct{})
+	h.raf.mu.Lock()
+	h.raf.readGate = gate
+	reads := h.raf.reads
+	h.raf.mu.Unlock()
+	retry := h.proposeAsync(openReq(13, time.Hour))
+	waitFor(t, "the retry's confirmation", func() bool {
+		h.raf.mu.Lock()
+		defer h.raf.mu.Unlock()
+		return h.raf.reads == reads+1
+	})
+	h.svc.mu.Lock()
+	h.svc.expireSoon(id) // as a revoke or an abandoned open would
+	h.svc.mu.Unlock()
+	h.setHold(true)
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	close(gate)
+	if r := <-retry; r.GetCode() != lockpb.Code_CODE_UNAVAILABLE {
+		t.Fatalf("retry of a session expired during its confirmation: %v, want UNAVAILABLE", r)
 	}
 }
