@@ -236,7 +236,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
-	s, err := openSession(ctx, c, c.hb, c.opts.clk, o.ttl, c.opts.maxName)
+	s, err := openSession(ctx, c, c.cm.opens, c.hb, c.opts.clk, o.ttl, c.opts.maxName)
 	if err != nil {
 		return nil, c.ctxErr(ctx, err)
 	}
@@ -581,7 +581,7 @@ func (c *Client) attemptEnded(ctx, actx context.Context, addr string, cc *grpc.C
 // (for at most as long as ctx allows, and until abort closes) if there is
 // none or it broke.
 func (c *Client) propStream(ctx context.Context, abort <-chan struct{}, addr string, cc *grpc.ClientConn) (*propStream, error) {
-	return cachedPropStream(ctx, abort, &c.mu, c.cm.ps, addr, func() (*grpc.ClientConn, error) { return cc, nil })
+	return cachedPropStream(ctx, abort, &c.mu, c.cm.ps, addr, c.cm.opens, func() (*grpc.ClientConn, error) { return cc, nil })
 }
 
 func (c *Client) closeConns() {

@@ -45,6 +45,9 @@ type connMaps[K comparable] struct {
 	heard map[*grpc.ClientConn]*connHeard
 	ka    map[K]*kaStream
 	ps    map[K]*propStream
+	// opens are the holder's NewSession calls, which its propose streams
+	// consult about the answers of abandoned opens (openCalls).
+	opens *openCalls
 }
 
 func newConnMaps[K comparable]() connMaps[K] {
@@ -53,6 +56,7 @@ func newConnMaps[K comparable]() connMaps[K] {
 		heard: make(map[*grpc.ClientConn]*connHeard),
 		ka:    make(map[K]*kaStream),
 		ps:    make(map[K]*propStream),
+		opens: newOpenCalls(),
 	}
 }
 

@@ -69,7 +69,7 @@ func TestReview2LateOlderGrantDoesNotLoseNewerLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	g := &gateBackend{backend: n.router, heldAnswered: make(chan struct{}), letGo: make(chan struct{})}
-	s, err := openSession(ctx, g, n.hb, n.cfg.Clock, 3*time.Second, n.cfg.MaxNameBytes)
+	s, err := openSession(ctx, g, newOpenCalls(), n.hb, n.cfg.Clock, 3*time.Second, n.cfg.MaxNameBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

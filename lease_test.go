@@ -107,7 +107,7 @@ func newLeaseHarness(t *testing.T, ack bool) (*fakeBackend, *clock.Manual, *Sess
 	hb := newHeartbeater(be, clk, closed)
 	hb.start()
 	t.Cleanup(func() { close(closed); hb.wait() })
-	s, err := openSession(context.Background(), be, hb, clk, 3*time.Second, 256)
+	s, err := openSession(context.Background(), be, newOpenCalls(), hb, clk, 3*time.Second, 256)
 	if err != nil {
 		t.Fatal(err)
 	}

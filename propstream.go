@@ -28,17 +28,21 @@ type propStream struct {
 	kick    chan struct{} // capacity 1: the queue has calls
 	err     error
 	// abandonedOpens holds the ids of session opens abandoned while
-	// their answers may still come (sent, or in flight back): the
-	// cluster may have opened a session whose ID only that answer tells,
-	// so it is closed when the answer comes (see recvLoop). Most never
-	// get an answer (the replica saw the cancel first and expires the
-	// session itself), so an id is forgotten after abandonedOpenTTL (when
-	// the stream next gets an answer or abandons an open), and the oldest
-	// first past maxAbandonedOpens (abandonedOrder lists them in the order
-	// they were abandoned); a session whose answer comes later expires
-	// after its TTL.
-	abandonedOpens map[uint64]struct{}
+	// their answers may still come (sent, or in flight back), each with
+	// its open ID: the cluster may have opened a session whose ID only
+	// that answer tells, so it is closed when the answer comes (see
+	// recvLoop), unless another attempt of the same NewSession call may
+	// take it (opens decides for an open with an ID). Most never get an
+	// answer (the replica saw the cancel first and expires the session
+	// itself), so an id is forgotten after abandonedOpenTTL (when the
+	// stream next gets an answer or abandons an open), and the oldest
+	// first past maxAbandonedOpens (abandonedOrder lists them in
+	// the order they were abandoned); a session whose answer comes later
+	// expires after its TTL.
+	abandonedOpens map[uint64]uint64
 	abandonedOrder []abandonedOpen
+	// opens are the NewSession calls of the stream's holder (nil: none).
+	opens *openCalls
 }
 
 type abandonedOpen struct {
@@ -59,9 +63,10 @@ var (
 	errAborted       = errors.New("quorumlock: call abandoned (leader changed)")
 )
 
-// openPropStream opens a ProposeStream on cc. Opening waits while cc is
-// connecting, for at most as long as ctx allows.
-func openPropStream(ctx context.Context, cc *grpc.ClientConn) (*propStream, error) {
+// openPropStream opens a ProposeStream on cc, for the holder of opens (see
+// propStream.abandonedOpens; nil: no NewSession calls). Opening waits while
+// cc is connecting, for at most as long as ctx allows.
+func openPropStream(ctx context.Context, cc *grpc.ClientConn, opens *openCalls) (*propStream, error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
 	st, err := lockpb.NewLockClient(cc).ProposeStream(sctx)
@@ -78,6 +83,7 @@ func openPropStream(ctx context.Context, cc *grpc.ClientConn) (*propStream, erro
 		cancel:  cancel,
 		waiters: make(map[uint64]chan *lockpb.Response),
 		kick:    make(chan struct{}, 1),
+		opens:   opens,
 	}
 	go s.recvLoop(st)
 	go s.sendLoop(sctx, st)
@@ -86,9 +92,10 @@ func openPropStream(ctx context.Context, cc *grpc.ClientConn) (*propStream, erro
 
 // cachedPropStream returns streams[key] (guarded by mu), or opens one over
 // the connection conn returns (for at most as long as ctx allows, and until
-// abort closes; nil: never) if there is none or it broke. Of two callers
-// opening at once, the second closes its stream and uses the first's.
-func cachedPropStream[K comparable](ctx context.Context, abort <-chan struct{}, mu *sync.Mutex, streams map[K]*propStream, key K, conn func() (*grpc.ClientConn, error)) (*propStream, error) {
+// abort closes; nil: never) if there is none or it broke, for the holder
+// of opens. Of two callers opening at once, the second closes its stream
+// and uses the first's.
+func cachedPropStream[K comparable](ctx context.Context, abort <-chan struct{}, mu *sync.Mutex, streams map[K]*propStream, key K, opens *openCalls, conn func() (*grpc.ClientConn, error)) (*propStream, error) {
 	mu.Lock()
 	s := streams[key]
 	mu.Unlock()
@@ -105,7 +112,7 @@ func cachedPropStream[K comparable](ctx context.Context, abort <-chan struct{}, 
 	if err != nil {
 		return nil, err
 	}
-	if s, err = openPropStream(ctx, cc); err != nil {
+	if s, err = openPropStream(ctx, cc, opens); err != nil {
 		return nil, err
 	}
 	mu.Lock()
@@ -173,14 +180,14 @@ func (s *propStream) abandon(id uint64, req *lockpb.Request, c chan *lockpb.Resp
 		delete(s.waiters, id)
 		s.queue = append(s.queue, &lockpb.ProposeCall{Id: id, Cancel: true})
 		if open {
-			s.rememberAbandonedLocked(id)
+			s.rememberAbandonedLocked(id, req.GetOpenId())
 		}
 	} else if open && s.err == nil {
 		// Answered as the call gave up: the answer is in c, unread.
 		select {
 		case resp, ok := <-c:
 			if ok {
-				s.closeOpenedLocked(resp)
+				s.lateAnswerLocked(req.GetOpenId(), resp)
 			}
 		default:
 		}
@@ -189,16 +196,17 @@ func (s *propStream) abandon(id uint64, req *lockpb.Request, c chan *lockpb.Resp
 	s.wake()
 }
 
-// rememberAbandonedLocked records the abandoned open id (see
-// abandonedOpens), forgetting those past the bounds. s.mu is held.
-func (s *propStream) rememberAbandonedLocked(id uint64) {
+// rememberAbandonedLocked records the abandoned open id, of open ID
+// openID (see abandonedOpens), forgetting those past the bounds. s.mu is
+// held.
+func (s *propStream) rememberAbandonedLocked(id, openID uint64) {
 	now := time.Now()
 	s.pruneAbandonedLocked(now, 1)
 	s.abandonedOrder = append(s.abandonedOrder, abandonedOpen{id, now})
 	if s.abandonedOpens == nil {
-		s.abandonedOpens = make(map[uint64]struct{})
+		s.abandonedOpens = make(map[uint64]uint64)
 	}
-	s.abandonedOpens[id] = struct{}{}
+	s.abandonedOpens[id] = openID
 }
 
 // pruneAbandonedLocked forgets the abandoned opens older than
@@ -219,14 +227,35 @@ func (s *propStream) pruneAbandonedLocked(now time.Time, room int) {
 }
 
 // closeAbandonedLocked closes the session opened by the abandoned call id,
-// if it was an open (see abandonedOpens) answered with a session. s.mu is
-// held.
+// if it was an open (see abandonedOpens) answered with a session that no
+// other attempt of its NewSession call may take. s.mu is held.
 func (s *propStream) closeAbandonedLocked(id uint64, resp *lockpb.Response) {
-	if _, ok := s.abandonedOpens[id]; !ok {
+	openID, ok := s.abandonedOpens[id]
+	if !ok {
 		return
 	}
 	delete(s.abandonedOpens, id)
-	s.closeOpenedLocked(resp)
+	s.lateAnswerLocked(openID, resp)
+}
+
+// lateAnswerLocked closes the session that resp, the answer to an
+// abandoned open of open ID openID, opened: at once without an open ID,
+// else when s.opens says no other attempt of the call may take it. s.mu
+// is held.
+func (s *propStream) lateAnswerLocked(openID uint64, resp *lockpb.Response) {
+	if openID == 0 || s.opens.lateAnswer(openID, s, resp) {
+		s.closeOpenedLocked(resp)
+	}
+}
+
+// closeOpened is closeOpenedLocked for a caller without s.mu; nothing
+// once the stream failed.
+func (s *propStream) closeOpened(resp *lockpb.Response) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.closeOpenedLocked(resp)
+	}
 }
 
 // closeOpenedLocked closes the session that resp, the answer to an open

@@ -53,7 +53,7 @@ func TestPropStreamCallAbandoned(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ps, err := openPropStream(ctx, cc)
+	ps, err := openPropStream(ctx, cc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestElectAnsweredDuringCloseIsOver(t *testing.T) {
 	defer cancel()
 	g := &closeGate{backend: n.router, acquireApplied: make(chan struct{}), closeApplied: make(chan struct{}),
 		letAcquire: make(chan struct{}), letClose: make(chan struct{})}
-	s, err := openSession(ctx, g, n.hb, n.cfg.Clock, 3*time.Second, n.cfg.MaxNameBytes)
+	s, err := openSession(ctx, g, newOpenCalls(), n.hb, n.cfg.Clock, 3*time.Second, n.cfg.MaxNameBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

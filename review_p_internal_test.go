@@ -53,7 +53,7 @@ func TestReviewPClusterRefusalsMapToSentinels(t *testing.T) {
 	defer cancel()
 	rb := &refusingBackend{backend: n.router}
 	open := func() (*Session, error) {
-		return openSession(ctx, rb, n.hb, n.cfg.Clock, 3*time.Second, n.cfg.MaxNameBytes)
+		return openSession(ctx, rb, newOpenCalls(), n.hb, n.cfg.Clock, 3*time.Second, n.cfg.MaxNameBytes)
 	}
 
 	rb.arm(lockpb.Op_OP_OPEN_SESSION, lockpb.Code_CODE_INVALID)

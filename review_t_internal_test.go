@@ -46,8 +46,8 @@ func TestReviewTAbandonedOpensPrunedWhenAnswersArrive(t *testing.T) {
 	}
 	wait()
 	s.mu.Lock()
-	s.rememberAbandonedLocked(1)
-	s.rememberAbandonedLocked(2)
+	s.rememberAbandonedLocked(1, 0)
+	s.rememberAbandonedLocked(2, 0)
 	s.abandonedOrder[0].at = s.abandonedOrder[0].at.Add(-abandonedOpenTTL - time.Second)
 	s.mu.Unlock()
 	// An answer to some other call (id 9: nobody waits for it).

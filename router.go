@@ -130,7 +130,7 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 	sent := time.Now()
 	// A change of leader or term abandons the attempt: the router sends it
 	// again to whoever leads now.
-	ps, err := cachedPropStream(actx, changed, &r.mu, r.cm.ps, target, func() (*grpc.ClientConn, error) {
+	ps, err := cachedPropStream(actx, changed, &r.mu, r.cm.ps, target, r.cm.opens, func() (*grpc.ClientConn, error) {
 		if cc != nil {
 			return cc, nil
 		}

@@ -71,7 +71,9 @@ type Session struct {
 
 // NewSession opens a session through this replica (its requests go to the
 // leader: in process when this replica leads, over gRPC otherwise). It blocks
-// until the cluster has logged the session or ctx ends.
+// until the cluster has logged the session or ctx ends. Its attempts (a retry
+// after a lost answer, or at a new leader) carry one open ID, so the cluster
+// opens one session per call, not one per attempt.
 //
 // Options: WithTTL (default Config.SessionTTL). Errors: ErrInvalidTTL,
 // ErrLimit (too many sessions), ErrClosed, ctx's error.
@@ -89,16 +91,24 @@ func (n *Node) NewSession(ctx context.Context, opts ...SessionOption) (*Session,
 	}
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	s, err := openSession(ctx, n.router, n.hb, n.cfg.Clock, o.ttl, n.cfg.MaxNameBytes)
+	s, err := openSession(ctx, n.router, n.router.cm.opens, n.hb, n.cfg.Clock, o.ttl, n.cfg.MaxNameBytes)
 	if err != nil {
 		return nil, n.ctxErr(ctx, err)
 	}
 	return s, nil
 }
 
-func openSession(ctx context.Context, be backend, hb *heartbeater, clk clock.Clock, ttl time.Duration, maxName int) (*Session, error) {
+// openSession opens a session through be. Every attempt carries one open
+// ID (lockpb.Request.open_id), drawn from opens: a retry after a lost or
+// late answer gets the session an earlier attempt opened, not a second
+// one. The lease counts from before the first attempt, so it ends before
+// the leader's expiry of the session, whichever attempt's apply started
+// that (invariant 5).
+func openSession(ctx context.Context, be backend, opens *openCalls, hb *heartbeater, clk clock.Clock, ttl time.Duration, maxName int) (*Session, error) {
 	sent := clk.Now()
-	resp, err := be.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: ttl.Milliseconds()})
+	openID := opens.start()
+	resp, err := be.propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_OPEN_SESSION, TtlMs: ttl.Milliseconds(), OpenId: openID})
+	opens.end(openID, err == nil && resp.GetCode() == lockpb.Code_CODE_OK)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,11 @@ import (
 // package's tests (testdata/*.txt); in short:
 //
 //  1. OpOpenSession creates session index (Result.Session). TTL outside
-//     [MinTTL, MaxTTL]: CodeInvalid. MaxSessions live sessions: CodeLimit.
+//     [MinTTL, MaxTTL]: CodeInvalid. A non-zero OpenID that names a live
+//     session (one opened with it) with the same TTL: CodeOK with that
+//     session's ID, and nothing changes (no MaxSessions check: no session is
+//     added); with another TTL: CodeInvalid (the client's lease would not
+//     match the session's). MaxSessions live sessions: CodeLimit.
 //  2. OpAcquire, OpRelease, OpWithdraw and OpCloseSession act for
 //     cmd.Session: CodeNoSession if it does not exist. They are deduplicated
 //     by cmd.Seq (invariant 6): Seq 0 or Seq below the session's Done is
@@ -96,12 +100,22 @@ func (m *Machine) openSession(index uint64, cmd *Command) Result {
 	if cmd.TTL < m.lim.MinTTL || cmd.TTL > m.lim.MaxTTL {
 		return Result{Code: CodeInvalid}
 	}
+	if cmd.OpenID != 0 {
+		if id, ok := m.opens[cmd.OpenID]; ok {
+			// A retry of the open that created id (its answer was lost or
+			// late): the same session, not a second one.
+			if m.sessions[id].ttl != cmd.TTL {
+				return Result{Code: CodeInvalid}
+			}
+			return Result{Code: CodeOK, Session: id}
+		}
+	}
 	if len(m.sessions) >= stampedLimit(cmd.Limits.MaxSessions, m.lim.MaxSessions) {
 		return Result{Code: CodeLimit}
 	}
 	// Session IDs are indexes, and Apply only accepts indexes above every
 	// earlier one, so index is not a live session's ID.
-	m.addSession(index, &session{ttl: cmd.TTL})
+	m.addSession(index, &session{ttl: cmd.TTL, openID: cmd.OpenID})
 	return Result{Code: CodeOK, Session: index}
 }
 

@@ -12,10 +12,12 @@ import (
 var ErrCorrupt = errors.New("quorumlock: corrupt command")
 
 // formatV1 is the first byte of an encoded command without a version 2
-// tail, formatV2 of one with it.
+// tail, formatV2 of one with it, formatV3 of an OpOpenSession with an
+// OpenID.
 const (
 	formatV1 byte = 1
 	formatV2 byte = 2
+	formatV3 byte = 3
 )
 
 // The encoding, version 1. A uvarint is encoding/binary's, in its shortest
@@ -48,6 +50,11 @@ const (
 // A command that is not listed and whose stamped limits are all zero is
 // written as version 1, and only as version 1.
 //
+// Version 3, only for OpOpenSession, is version 2 followed by a uvarint
+// OpenID, never 0. An OpOpenSession with an OpenID is written as version 3,
+// and only as version 3; one without as version 1 or 2, which decode with
+// OpenID 0 (no deduplication), as entries logged before version 3 did.
+//
 // Fields that do not matter for the Op are not written. Every Command value
 // has exactly one encoding, so Encode(Decode(data)) == data for all data that
 // Decode accepts.
@@ -66,7 +73,7 @@ func encodedSizeHint(cmd *Command) int {
 	if cmd == nil {
 		return 2
 	}
-	return 2 + 6*binary.MaxVarintLen64 + len(cmd.Name) + len(cmd.Value) + len(cmd.IDs)*binary.MaxVarintLen64
+	return 2 + 7*binary.MaxVarintLen64 + len(cmd.Name) + len(cmd.Value) + len(cmd.IDs)*binary.MaxVarintLen64
 }
 
 // AppendEncode appends the encoding of cmd to b and returns the extended
@@ -82,6 +89,9 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 	version := formatV1
 	if listed || slices.ContainsFunc(stamped, func(v uint64) bool { return v != 0 }) {
 		version = formatV2
+	}
+	if cmd.Op == OpOpenSession && cmd.OpenID != 0 {
+		version = formatV3
 	}
 	b = append(b, version, byte(cmd.Op))
 	switch cmd.Op {
@@ -124,7 +134,7 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		b = binary.AppendUvarint(b, cmd.Nonce)
 		b = appendIDs(b, cmd.IDs)
 	}
-	if version == formatV2 {
+	if version >= formatV2 {
 		if actsForSession(cmd.Op) {
 			if !listed {
 				b = append(b, 0)
@@ -138,6 +148,9 @@ func AppendEncode(b []byte, cmd *Command) []byte {
 		for _, v := range stamped {
 			b = binary.AppendUvarint(b, v)
 		}
+	}
+	if version == formatV3 {
+		b = binary.AppendUvarint(b, cmd.OpenID)
 	}
 	return b
 }
@@ -200,7 +213,7 @@ func Decode(data []byte, cmd *Command) error {
 	*cmd = Command{}
 	d := decoder{data: data}
 	version := d.byte("version")
-	if d.err == nil && version != formatV1 && version != formatV2 {
+	if d.err == nil && (version < formatV1 || version > formatV3) {
 		d.failAt(0, "unknown format version %d", version)
 	}
 	op := Op(d.byte("op"))
@@ -248,8 +261,8 @@ func Decode(data []byte, cmd *Command) error {
 		default:
 			d.failAt(1, "unknown op %d", op)
 		}
-		if version == formatV2 {
-			d.tail(cmd)
+		if version >= formatV2 {
+			d.tail(cmd, version)
 		}
 	}
 	if d.err == nil && d.off != len(d.data) {
@@ -324,10 +337,14 @@ func (d *decoder) varint(field string) int64 {
 	return v
 }
 
-// tail reads a version 2 command's tail: the listed requests in flight
-// and the stamped limits.
-func (d *decoder) tail(cmd *Command) {
+// tail reads a version 2 or 3 command's tail: the listed requests in
+// flight, the stamped limits and (version 3) the open ID.
+func (d *decoder) tail(cmd *Command, version byte) {
 	at := d.off
+	if version == formatV3 && cmd.Op != OpOpenSession {
+		d.failAt(0, "format version 3 for op %d, which has no open ID", cmd.Op)
+		return
+	}
 	if actsForSession(cmd.Op) {
 		n := d.uvarint("pending count")
 		if d.err == nil && n > 0 {
@@ -368,6 +385,14 @@ func (d *decoder) tail(cmd *Command) {
 			d.failAt(0, "format version 2 for op %d, which has no tail", cmd.Op)
 			return
 		}
+	}
+	if version == formatV3 {
+		at = d.off
+		cmd.OpenID = d.uvarint("open id")
+		if d.err == nil && cmd.OpenID == 0 {
+			d.failAt(at, "format version 3 with a zero open ID")
+		}
+		return
 	}
 	if d.err == nil && !stamped && !cmd.Listed {
 		d.failAt(at, "format version 2 with an empty tail")

@@ -18,7 +18,7 @@ import (
 //	new [max-name-bytes=N] [max-sessions=N] [max-locks-per-session=N]
 //	    [max-waiters-per-lock=N] [max-pending=N] [min-ttl=D] [max-ttl=D]
 //	                               start over with a fresh Machine
-//	open ttl=D [nonce=N]
+//	open ttl=D [nonce=N] [open-id=N]
 //	acquire session=N seq=N [done=N] name=S [try]
 //	release session=N seq=N [done=N] name=S token=N
 //	withdraw session=N seq=N [done=N] name=S [target=N]
@@ -215,6 +215,7 @@ func scanCommand(t *testing.T, d *datadriven.TestData, entryTerm uint64) (cmd Co
 		cmd.Op = OpOpenSession
 		cmd.TTL = int64(scanDuration(t, d, "ttl"))
 		d.MaybeScanArgs(t, "nonce", &cmd.Nonce)
+		d.MaybeScanArgs(t, "open-id", &cmd.OpenID)
 	case "acquire":
 		cmd.Op = OpAcquire
 		sessionSeq()

@@ -20,6 +20,9 @@ func dump(m *Machine) string {
 	for _, id := range ids {
 		s := m.sessions[id]
 		fmt.Fprintf(&b, "session %d ttl=%d done=%d ", id, s.ttl, s.done)
+		if s.openID != 0 {
+			fmt.Fprintf(&b, "open-id=%d ", s.openID)
+		}
 		if s.hi != s.done || len(s.holes) > 0 {
 			fmt.Fprintf(&b, "hi=%d holes=%v ", s.hi, s.holes)
 		}
@@ -134,9 +137,16 @@ func checkInvariants(m *Machine) error {
 			return fmt.Errorf("queue of free lock %q", name)
 		}
 	}
+	withOpenID := 0
 	for id, s := range m.sessions {
 		if s.names.set != nil && s.names.list != nil {
 			return fmt.Errorf("session %d: name set is both a list and a map", id)
+		}
+		if s.openID != 0 {
+			withOpenID++
+			if got := m.opens[s.openID]; got != id {
+				return fmt.Errorf("session %d: open ID %d maps to session %d", id, s.openID, got)
+			}
 		}
 		names := s.names.sorted()
 		if len(slices.Compact(slices.Clone(names))) != len(names) {
@@ -172,6 +182,9 @@ func checkInvariants(m *Machine) error {
 				return fmt.Errorf("session %d: outcomes out of order or retired: done %d, %v", id, s.done, s.outcomes)
 			}
 		}
+	}
+	if len(m.opens) != withOpenID {
+		return fmt.Errorf("%d open IDs indexed for %d sessions with one", len(m.opens), withOpenID)
 	}
 	return nil
 }

@@ -49,6 +49,9 @@ type Machine struct {
 	// without values (the common case) cost nothing here.
 	values     map[string][]byte
 	waitValues map[waitKey][]byte
+	// opens maps the Command.OpenID of each live session opened with a
+	// non-zero one to the session's ID, for the deduplication of opens.
+	opens map[uint64]uint64
 }
 
 type sessionRef struct {
@@ -56,14 +59,21 @@ type sessionRef struct {
 	s  *session // nil once the session ended
 }
 
-// addSession records a new session, whose ID is above every live one.
+// addSession records a new session, whose ID is above every live one and
+// whose open ID (if any) names no live session.
 func (m *Machine) addSession(id uint64, s *session) {
 	m.sessions[id] = s
 	m.order = append(m.order, sessionRef{id, s})
+	if s.openID != 0 {
+		m.opens[s.openID] = id
+	}
 }
 
 // removeSession forgets the live session id.
 func (m *Machine) removeSession(id uint64) {
+	if s := m.sessions[id]; s != nil && s.openID != 0 {
+		delete(m.opens, s.openID)
+	}
 	delete(m.sessions, id)
 	i, ok := slices.BinarySearchFunc(m.order, id, func(r sessionRef, id uint64) int { return cmp.Compare(r.id, id) })
 	if !ok || m.order[i].s == nil {
@@ -114,6 +124,7 @@ func New(l Limits) *Machine {
 		queues:     make(map[string][]uint64),
 		values:     make(map[string][]byte),
 		waitValues: make(map[waitKey][]byte),
+		opens:      make(map[uint64]uint64),
 	}
 }
 
@@ -244,6 +255,19 @@ func (m *Machine) Session(id uint64) (SessionInfo, bool) {
 		return SessionInfo{}, false
 	}
 	return SessionInfo{ID: id, TTL: s.ttl}, true
+}
+
+// OpenedBy returns the live session that an open with the non-zero
+// openID created (Command.OpenID), or false if there is none.
+func (m *Machine) OpenedBy(openID uint64) (SessionInfo, bool) {
+	if openID == 0 {
+		return SessionInfo{}, false
+	}
+	id, ok := m.opens[openID]
+	if !ok {
+		return SessionInfo{}, false
+	}
+	return SessionInfo{ID: id, TTL: m.sessions[id].ttl}, true
 }
 
 // Sessions returns every live session, sorted by ID, in a fresh slice (nil

@@ -124,6 +124,8 @@ func (h *harness) command(rt *rapid.T) Command {
 	case OpOpenSession:
 		cmd.TTL = rapid.SampledFrom([]int64{10e9, 10e9, 10e9, 0, 700e9}).Draw(rt, "ttl")
 		cmd.Nonce = rapid.Uint64().Draw(rt, "nonce")
+		// A few open IDs, so that retried opens meet live sessions.
+		cmd.OpenID = rapid.SampledFrom([]uint64{0, 0, 1, 2, 3}).Draw(rt, "openID")
 		return cmd
 	case OpRevoke:
 		if len(h.opened) > 0 {
@@ -225,6 +227,10 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 		_, dup = s.find(cmd.Seq)
 	}
 	isRetry = isRetry && cmd.Op != OpOpenSession && cmd.Op != OpExpire
+	var reopens uint64 // the live session a retried open returns
+	if cmd.Op == OpOpenSession && cmd.OpenID != 0 {
+		reopens = h.a.opens[cmd.OpenID]
+	}
 
 	resA, evA := h.a.Apply(h.index, h.term, cmd)
 	decoded, resB, evB := h.b.ApplyEntry(h.index, h.term, Encode(cmd))
@@ -260,7 +266,19 @@ func (h *harness) apply(rt *rapid.T, cmd *Command) {
 		}
 	}
 
-	if cmd.Op == OpOpenSession && resA.Code == CodeOK {
+	// An open whose OpenID names a live session returns it, creates
+	// nothing, or fails CodeInvalid for another TTL.
+	if cmd.Op == OpOpenSession && reopens != 0 {
+		if resA.Code == CodeOK && resA.Session != reopens {
+			rt.Fatalf("open with open ID %d of session %d returned %+v", cmd.OpenID, reopens, resA)
+		}
+		if resA.Code != CodeOK && resA.Code != CodeInvalid {
+			rt.Fatalf("open with open ID %d of session %d: %+v", cmd.OpenID, reopens, resA)
+		}
+		if got := dumpState(h.a); got != stateBefore {
+			rt.Fatalf("retried open changed the state from\n%s\nto\n%s", stateBefore, got)
+		}
+	} else if cmd.Op == OpOpenSession && resA.Code == CodeOK {
 		if resA.Session != h.index {
 			rt.Fatalf("session %d opened at index %d", resA.Session, h.index)
 		}
@@ -474,7 +492,7 @@ func normalized(cmd *Command) Command {
 	out := Command{Op: cmd.Op}
 	switch cmd.Op {
 	case OpOpenSession:
-		out.TTL, out.Nonce = cmd.TTL, cmd.Nonce
+		out.TTL, out.Nonce, out.OpenID = cmd.TTL, cmd.Nonce, cmd.OpenID
 	case OpAcquire, OpRelease, OpWithdraw, OpCloseSession, OpProclaim:
 		out.Session, out.Seq, out.Done = cmd.Session, cmd.Seq, cmd.Done
 		out.Listed, out.Pending = cmd.Listed, cmd.Pending

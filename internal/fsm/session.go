@@ -5,6 +5,10 @@ import "slices"
 // session is one live session.
 type session struct {
 	ttl int64 // nanoseconds
+	// openID is the Command.OpenID of the open that created the session
+	// (0: none). It fills the struct's size class (112 bytes with or
+	// without it), where a map from session to open ID would not.
+	openID uint64
 	// done is the highest Done the session's commands carried (clamped to
 	// their Seq): outcomes of sequence numbers below it are forgotten, and
 	// commands with such a Seq are retired.

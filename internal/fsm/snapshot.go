@@ -10,28 +10,32 @@ import (
 	"slices"
 )
 
-// The snapshot format, version 2. Integers are uvarints (varint for the
+// The snapshot format, version 3. Integers are uvarints (varint for the
 // TTL), strings and byte strings are length-prefixed, as in the command
 // encoding.
 //
-//	"QLSNAP" 0x02                magic and version
+//	"QLSNAP" 0x03                magic and version
 //	applied                       index of the last applied entry
-//	sessions: count, then each    id, ttl, done, hi, holes: count, then each
-//	                              seq; outcomes: count, then each
-//	                              seq, token, code (byte), name
+//	sessions: count, then each    id, ttl, open ID (0: none), done, hi,
+//	                              holes: count, then each seq; outcomes:
+//	                              count, then each seq, token, code (byte),
+//	                              name
 //	queues:   count, then each    name, count, session IDs in grant order
 //	values:   count, then each    name, value
 //	waiting values: count, each   name, session, value
 //	locks:    count, then each    name, holder, token
 //	crc32c (4 bytes, big endian)  Castagnoli CRC of every byte before it
 //
-// Version 1 had no hi and holes (a session's hi is its done, with no
-// holes); Restore reads it too.
+// Version 2 had no open IDs (every session's is 0: it deduplicates no
+// open). Version 1 had no hi and holes either (a session's hi is its done,
+// with no holes). Restore reads both.
 //
 // A session's set of lock names is not stored: Restore rebuilds it from the
-// locks and queues.
+// locks and queues, and the open IDs' index (Machine.opens) from the
+// sessions.
 var (
-	snapshotMagic   = []byte("QLSNAP\x02")
+	snapshotMagic   = []byte("QLSNAP\x03")
+	snapshotMagicV2 = []byte("QLSNAP\x02")
 	snapshotMagicV1 = []byte("QLSNAP\x01")
 )
 
@@ -61,6 +65,7 @@ func (m *Machine) Snapshot() *Snapshot {
 	m.liveAfter(0, func(id uint64, s *session) bool {
 		b = binary.AppendUvarint(b, id)
 		b = binary.AppendVarint(b, s.ttl)
+		b = binary.AppendUvarint(b, s.openID)
 		b = binary.AppendUvarint(b, s.done)
 		b = binary.AppendUvarint(b, s.hi)
 		b = appendIDs(b, s.holes)
@@ -164,9 +169,10 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: snapshot checksum mismatch", ErrCorrupt)
 	}
-	v1 := string(body[:len(snapshotMagicV1)]) == string(snapshotMagicV1)
-	if !v1 && string(body[:len(snapshotMagic)]) != string(snapshotMagic) {
-		return nil, fmt.Errorf("%w: not a snapshot of format 1 or 2", ErrCorrupt)
+	magic := string(body[:len(snapshotMagic)])
+	v1, v2 := magic == string(snapshotMagicV1), magic == string(snapshotMagicV2)
+	if !v1 && !v2 && magic != string(snapshotMagic) {
+		return nil, fmt.Errorf("%w: not a snapshot of format 1, 2 or 3", ErrCorrupt)
 	}
 	m := New(l)
 	d := decoder{data: body, off: len(snapshotMagic)}
@@ -176,7 +182,11 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 	m.sessions = make(map[uint64]*session, nsessions)
 	for range nsessions {
 		id := d.uvarint("session id")
-		s := &session{ttl: d.varint("ttl"), done: d.uvarint("done")}
+		s := &session{ttl: d.varint("ttl")}
+		if !v1 && !v2 {
+			s.openID = d.uvarint("open id")
+		}
+		s.done = d.uvarint("done")
 		s.hi = s.done
 		if !v1 {
 			s.hi = d.uvarint("hi")
@@ -198,8 +208,14 @@ func Restore(data []byte, l Limits) (*Machine, error) {
 				// so it is at most the image's applied index.
 				d.fail("duplicate, zero or future session %d (applied %d)", id, m.applied)
 			}
+			if _, dup := m.opens[s.openID]; dup && s.openID != 0 {
+				d.fail("session %d: open ID %d of another session", id, s.openID)
+			}
 			m.sessions[id] = s
 			m.order = append(m.order, sessionRef{id, s})
+			if s.openID != 0 {
+				m.opens[s.openID] = id
+			}
 		}
 	}
 	// Images list sessions by ID; keep order sorted whatever the input.

@@ -151,21 +151,23 @@ func TestRestoreVersion1(t *testing.T) {
 	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	v2 := buf.Bytes()
-	// Rewrite it as version 1: the magic's version byte, and no hi and
-	// holes after the session's done (3, then hi 3 and 0 holes).
+	v3 := buf.Bytes()
+	// Rewrite it as version 1: the magic's version byte, no open ID after
+	// the session's ttl, and no hi and holes after its done (3, then hi 3
+	// and 0 holes).
 	var head []byte
 	head = append(head, snapshotMagicV1...)
 	head = binary.AppendUvarint(head, 2)   // applied
 	head = binary.AppendUvarint(head, 1)   // sessions
 	head = binary.AppendUvarint(head, 1)   // id
 	head = binary.AppendVarint(head, 10e9) // ttl
-	head = binary.AppendUvarint(head, 3)   // done
-	skip := len(head) + 2                  // hi (3) and holes count (0)
-	if v2[skip-2] != 3 || v2[skip-1] != 0 {
-		t.Fatalf("unexpected version 2 layout: %x", v2)
+	ttlEnd := len(head)
+	head = binary.AppendUvarint(head, 3) // done
+	skip := len(head) + 3                // open ID (0), hi (3) and holes count (0)
+	if v3[ttlEnd] != 0 || v3[skip-2] != 3 || v3[skip-1] != 0 {
+		t.Fatalf("unexpected version 3 layout: %x", v3)
 	}
-	body := append(head, v2[skip:len(v2)-4]...)
+	body := append(head, v3[skip:len(v3)-4]...)
 	v1 := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
 	r, err := Restore(v1, Limits{})
 	if err != nil {

@@ -15,8 +15,9 @@ type Op uint8
 
 // The commands of the lock table log.
 const (
-	// OpOpenSession creates a session whose ID is the index of the entry.
-	// Fields: TTL, Nonce.
+	// OpOpenSession creates a session whose ID is the index of the entry,
+	// or, when OpenID names a live session, returns that one (see
+	// Command.OpenID). Fields: TTL, Nonce, OpenID.
 	OpOpenSession Op = 1
 	// OpAcquire grants Name to Session if it is free, queues Session behind
 	// the holder (FIFO) otherwise, or fails with CodeLocked when Try is set.
@@ -80,6 +81,14 @@ type Command struct {
 	// Nonce lets the proposer of an OpOpenSession or OpRevoke find its
 	// result.
 	Nonce uint64
+	// OpenID is chosen by the client for one NewSession call and carried
+	// by each of its attempts (OpOpenSession). While the session an open
+	// with a non-zero OpenID created lives, another open with the same
+	// OpenID creates nothing and returns that session: a retry whose first
+	// attempt's answer was lost gets the session the first attempt opened
+	// instead of a second one. 0: no deduplication (commands written
+	// before open IDs existed).
+	OpenID uint64
 	// IDs are the sessions to expire (OpExpire), in any order.
 	IDs []uint64
 	// Term is the term of the leader that decided the expiry (OpExpire).
@@ -135,7 +144,9 @@ type Result struct {
 	// Token is the fencing token of the grant (acquire, or withdraw that
 	// found the lock already granted) or of the released grant (release).
 	Token uint64
-	// Session is the new session's ID (OpOpenSession).
+	// Session is the new session's ID (OpOpenSession); for an open whose
+	// OpenID named a live session, that session's ID, which is then not
+	// the entry's index.
 	Session uint64
 }
 

@@ -434,8 +434,14 @@ type Request struct {
 	// (increasing); every other seq below this one has its response (or was
 	// given up), so the replicas retire it as if below done. A long request
 	// in flight (a waiting acquire) then does not hold back done.
-	Pending       []uint64 `protobuf:"varint,12,rep,packed,name=pending,proto3" json:"pending,omitempty"`
-	Listed        bool     `protobuf:"varint,13,opt,name=listed,proto3" json:"listed,omitempty"`
+	Pending []uint64 `protobuf:"varint,12,rep,packed,name=pending,proto3" json:"pending,omitempty"`
+	Listed  bool     `protobuf:"varint,13,opt,name=listed,proto3" json:"listed,omitempty"`
+	// OP_OPEN_SESSION: chosen at random (non-zero) by the client for one
+	// NewSession call and sent on each of its attempts. While a session
+	// opened with it lives, another open with it returns that session
+	// instead of opening a second one, so a retried open whose answer was
+	// lost cannot leave a session nobody holds. 0: not deduplicated.
+	OpenId        uint64 `protobuf:"varint,14,opt,name=open_id,json=openId,proto3" json:"open_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +565,13 @@ func (x *Request) GetListed() bool {
 		return x.Listed
 	}
 	return false
+}
+
+func (x *Request) GetOpenId() uint64 {
+	if x != nil {
+		return x.OpenId
+	}
+	return 0
 }
 
 type Response struct {
@@ -1586,7 +1599,7 @@ const file_lock_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x16\n" +
 	"\x06crc32c\x18\x06 \x01(\rR\x06crc32c\"9\n" +
 	"\vSnapshotAck\x12*\n" +
-	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\"\xb8\x02\n" +
+	"\x05hello\x18\x01 \x01(\v2\x14.quorumlock.v1.HelloR\x05hello\"\xd1\x02\n" +
 	"\aRequest\x12!\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x11.quorumlock.v1.OpR\x02op\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x10\n" +
@@ -1601,7 +1614,8 @@ const file_lock_proto_rawDesc = "" +
 	" \x01(\x04R\x06target\x12\x14\n" +
 	"\x05value\x18\v \x01(\fR\x05value\x12\x18\n" +
 	"\apending\x18\f \x03(\x04R\apending\x12\x16\n" +
-	"\x06listed\x18\r \x01(\bR\x06listed\"\xd7\x01\n" +
+	"\x06listed\x18\r \x01(\bR\x06listed\x12\x17\n" +
+	"\aopen_id\x18\x0e \x01(\x04R\x06openId\"\xd7\x01\n" +
 	"\bResponse\x12'\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x13.quorumlock.v1.CodeR\x04code\x12\x1f\n" +
 	"\vleader_hint\x18\x02 \x01(\x04R\n" +

@@ -57,6 +57,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		// Every replica applies it under this leader's limits (see
 		// fsm.Command.Limits).
 		cmd.Limits.MaxSessions = uint64(s.lim.MaxSessions)
+		cmd.OpenID = req.GetOpenId()
 	case lockpb.Op_OP_ACQUIRE:
 		cmd.Op = fsm.OpAcquire
 		cmd.Limits = fsm.Stamped{
@@ -112,13 +113,32 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		cmd.Listed, cmd.Pending = true, p
 	}
 
+	if cmd.Op == fsm.OpOpenSession && cmd.OpenID != 0 {
+		if resp, done, err := s.reopen(ctx, &cmd); done {
+			return resp, err
+		}
+	}
+
 	reqc := make(chan outcome, 1)
 	var grantc chan outcome
 	s.mu.Lock()
+	joined := false // waits for the entry of an earlier attempt
 	switch cmd.Op {
 	case fsm.OpOpenSession:
+		if k, ok := s.openInFlight[cmd.OpenID]; ok && cmd.OpenID != 0 {
+			// A retry of an open whose entry this leadership proposed and
+			// has not applied (the earlier attempt timed out under load):
+			// it waits for that entry's answer instead of logging another
+			// (see openInFlight).
+			key, joined = k, true
+			delete(s.abandonedOpens, k.seq) // a caller waits for it again
+			break
+		}
 		cmd.Nonce = s.rnd.Uint64()
 		key = reqKey{0, cmd.Nonce}
+		if cmd.OpenID != 0 {
+			s.openInFlight[cmd.OpenID] = key
+		}
 	case fsm.OpRevoke:
 		// Answered when the session ends (EventSessionEnded) or, if it is
 		// already gone, by the revoke's own apply.
@@ -136,7 +156,8 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	if copies >= MaxCopiesInFlight {
 		// Not CODE_LIMIT: the copies in flight may still take effect (a
 		// waiting acquire queues, then is granted), and a refusal tells
-		// the client that nothing changed.
+		// the client that nothing changed. (An open's copies join one
+		// entry: never more than one open ID's callers.)
 		s.mu.Unlock()
 		return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: fmt.Sprintf("%d copies of this request in flight: retry", MaxCopiesInFlight)}, nil
 	}
@@ -175,13 +196,19 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	// The answer comes on reqc: the entry's apply, leadership lost, or
 	// raft's refusal (refuse). An entry the node never took because it
 	// stopped is answered through Done.
-	err := s.raft.ProposeAsync(ctx, raftnode.AsyncProposal{
-		Data:     fsm.Encode(&cmd),
-		Deferred: deferred,
-		Epoch:    epoch,
-		Refused:  func(error) { s.refuse(key, reqc) },
-	})
+	var err error
+	if !joined {
+		err = s.raft.ProposeAsync(ctx, raftnode.AsyncProposal{
+			Data:     fsm.Encode(&cmd),
+			Deferred: deferred,
+			Epoch:    epoch,
+			Refused:  func(error) { s.refuse(key, reqc, cmd.OpenID) },
+		})
+	}
 	if err != nil {
+		if cmd.Op == fsm.OpOpenSession {
+			s.notProposed(key, reqc, cmd.OpenID)
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -192,7 +219,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	case o = <-reqc:
 	case <-ctx.Done():
 		if cmd.Op == fsm.OpOpenSession {
-			s.abandonOpen(key, reqc)
+			s.abandonOpen(key, reqc, cmd.OpenID)
 		}
 		return nil, ctx.Err()
 	case <-s.raft.Done():
@@ -200,6 +227,9 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	}
 	if o.notLeader {
 		return s.notLeader(), nil
+	}
+	if o.expiring {
+		return reopenExpiring(), nil
 	}
 	if o.res.Code == fsm.CodeQueued && waitGrant {
 		select {
@@ -212,6 +242,57 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		}
 	}
 	return ResponseOf(o.res), nil
+}
+
+// reopen answers a retry of an open whose session is live in the table
+// (an earlier attempt's entry applied; its answer was lost or came after
+// the client gave up) without logging another entry, which would only
+// return that session: under overload most attempts were such retries,
+// each adding an entry to the backlog that made them time out. It is a
+// heartbeat of the session: its timer restarts on receipt (the client's
+// lease counts from before its first attempt, invariant 5), and the answer
+// waits for a leadership confirmation issued after receipt and the apply
+// of everything before it, after which the session must still be live and
+// not expiring (invariants 3 and 4; see Heartbeat). A session being
+// expired is answered UNAVAILABLE: the client retries, and opens anew
+// once the Expire applied. done is false when cmd is not such a retry (no
+// live session of its open ID, or one with another TTL, which the log
+// answers CodeInvalid): it goes through the log.
+func (s *Service) reopen(ctx context.Context, cmd *fsm.Command) (resp *lockpb.Response, done bool, err error) {
+	s.mu.Lock()
+	si, live := s.m.OpenedBy(cmd.OpenID)
+	if !live || si.TTL != cmd.TTL || !s.ready {
+		s.mu.Unlock()
+		return nil, false, nil
+	}
+	if s.expiring[si.ID] {
+		s.mu.Unlock()
+		return reopenExpiring(), true, nil
+	}
+	term := s.term
+	s.renew(si.ID, time.Duration(si.TTL), s.clk.Now())
+	s.mu.Unlock()
+	if err := s.linearize(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, true, ctx.Err()
+		}
+		return s.notLeader(), true, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready || s.term != term {
+		return s.notLeader(), true, nil
+	}
+	if _, ok := s.m.Session(si.ID); !ok || s.expiring[si.ID] {
+		return reopenExpiring(), true, nil
+	}
+	return ResponseOf(fsm.Result{Code: fsm.CodeOK, Session: si.ID}), true, nil
+}
+
+// reopenExpiring answers a retried open whose session is being expired
+// (or ended since): the client retries, and then opens a new session.
+func reopenExpiring() *lockpb.Response {
+	return &lockpb.Response{Code: lockpb.Code_CODE_UNAVAILABLE, Message: "the session of this open is expiring: retry"}
 }
 
 // MaxCopiesInFlight bounds the copies of one request (session, seq)
@@ -253,15 +334,42 @@ func strictlyBelow(p []uint64, seq uint64) bool {
 
 // refuse answers reqc NOT_LEADER, if it still waits for the request key:
 // raft refused the request's entry (not the leader, a leadership transfer
-// under way, too much uncommitted). It runs on raft's goroutine.
-func (s *Service) refuse(key reqKey, reqc chan outcome) {
+// under way, too much uncommitted), and so are the other waiters of an
+// open's entry (of open ID openID). It runs on raft's goroutine.
+func (s *Service) refuse(key reqKey, reqc chan outcome, openID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dropRequest(key, reqc) {
 		reqc <- outcome{notLeader: true}
 	} // else answered already (an earlier copy of the request applied)
 	if key.session == 0 {
-		delete(s.abandonedOpens, key.seq) // never in the log
+		// An open's or revoke's entry, never in the log: the retries of
+		// the open that joined it are answered too.
+		s.dropNonce(key, openID)
+	}
+}
+
+// notProposed is refuse for an open of openID whose entry raft never took
+// (its proposer's ctx ended first, or the node stopped): reqc, the
+// proposer's waiter, is answered by the proposer itself.
+func (s *Service) notProposed(key reqKey, reqc chan outcome, openID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropRequest(key, reqc)
+	s.dropNonce(key, openID)
+}
+
+// dropNonce forgets the open (of openID) or revoke entry key (session 0),
+// which is not in the log: its waiters are answered NOT_LEADER, so that
+// they send their request again. s.mu is held.
+func (s *Service) dropNonce(key reqKey, openID uint64) {
+	for _, c := range s.requests[key] {
+		c <- outcome{notLeader: true}
+	}
+	delete(s.requests, key)
+	delete(s.abandonedOpens, key.seq)
+	if s.openInFlight[openID] == key {
+		delete(s.openInFlight, openID)
 	}
 }
 

@@ -127,8 +127,17 @@ type Service struct {
 	// applied (its ctx ended: a client's attempt timed out, and it sends
 	// a new open). Nobody can learn such a session's ID, so it is expired
 	// when it applies instead of holding a place under MaxSessions for
-	// its TTL.
+	// its TTL. Unless a retry of the open (same OpenID) claims it: the
+	// retry's apply restarts its timer, and an attempt that finds the
+	// session an earlier one opened never expires it (see Apply).
 	abandonedOpens map[uint64]struct{}
+	// openInFlight maps the OpenID of each open this leadership proposed
+	// and has not applied to its request key: a retry of the open (its
+	// client's attempt timed out, under load) waits for that entry
+	// instead of logging another, which would only return the same
+	// session (fsm.Command.OpenID). Without it each retry under overload
+	// added an entry to the backlog that made the attempts time out.
+	openInFlight map[uint64]reqKey
 	// waitCopies counts the copies of each blocking acquire (session,
 	// seq) in Propose, until they return (see MaxCopiesInFlight).
 	waitCopies map[reqKey]int
@@ -151,6 +160,10 @@ type reqKey struct {
 type outcome struct {
 	res       fsm.Result
 	notLeader bool
+	// reopened: an open whose OpenID named a live session, which res
+	// names; expiring: that session's expiry is proposed, so the open is
+	// answered "retry" (UNAVAILABLE) instead (see Apply).
+	reopened, expiring bool
 }
 
 // New creates a service with an empty lock table. Bind must be called before
@@ -190,6 +203,7 @@ func New(cfg Config) *Service {
 		readyC:   make(chan struct{}),
 
 		abandonedOpens: make(map[uint64]struct{}),
+		openInFlight:   make(map[uint64]reqKey),
 		waitCopies:     make(map[reqKey]int),
 	}
 }
@@ -238,14 +252,35 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		case fsm.OpOpenSession:
 			_, abandoned := s.abandonedOpens[cmd.Nonce]
 			delete(s.abandonedOpens, cmd.Nonce)
-			if res.Code == fsm.CodeOK && s.ready {
-				if abandoned {
-					s.expireSoon(res.Session)
-				} else {
-					s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
-				}
+			if k, ok := s.openInFlight[cmd.OpenID]; ok && k.seq == cmd.Nonce {
+				delete(s.openInFlight, cmd.OpenID)
 			}
-			s.deliver(reqKey{0, cmd.Nonce}, res)
+			o := outcome{res: res, reopened: res.Code == fsm.CodeOK && res.Session != e.GetIndex()}
+			switch {
+			case res.Code != fsm.CodeOK || !s.ready:
+			case o.reopened && s.expiring[res.Session]:
+				// A retry of an open whose session this leadership is
+				// expiring (an earlier attempt was abandoned, or nobody
+				// heartbeated it for its TTL): the Expire may apply after
+				// the client got the session. It retries, and opens anew
+				// once the Expire applied (or, if raft refused it, gets
+				// this session).
+				o.expiring = true
+			case o.reopened:
+				// A retry of an open whose answer was lost or late: the
+				// client's lease counts from before this attempt (DESIGN.md
+				// invariant 5), so the session's timer restarts now, as for
+				// a new session. This also cancels an expireSoon of an
+				// earlier, abandoned attempt: the session is not unused
+				// (invariant 3). It is never expired as abandoned itself:
+				// another attempt of the open may have received it.
+				s.renew(res.Session, time.Duration(cmd.TTL), s.clk.Now())
+			case abandoned:
+				s.expireSoon(res.Session)
+			default:
+				s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
+			}
+			s.deliverOutcome(reqKey{0, cmd.Nonce}, o)
 		case fsm.OpExpire:
 			// An Expire ignored for its stale term was decided in a
 			// leadership that ended (LeaderLost dropped its marks): the
@@ -298,14 +333,18 @@ func (s *Service) deferredDue() bool {
 }
 
 func (s *Service) deliver(k reqKey, res fsm.Result) {
+	s.deliverOutcome(k, outcome{res: res})
+}
+
+func (s *Service) deliverOutcome(k reqKey, o outcome) {
 	for _, c := range s.requests[k] {
 		if g, ok := s.grantOf[c]; ok {
 			delete(s.grantOf, c)
-			if res.Code == fsm.CodeQueued {
+			if o.res.Code == fsm.CodeQueued {
 				s.armed[g] = true
 			}
 		}
-		c <- outcome{res: res}
+		c <- o
 	}
 	delete(s.requests, k)
 	delete(s.deferred, k)
@@ -362,6 +401,7 @@ func (s *Service) LeaderLost() {
 	clear(s.expiring)
 	clear(s.deferred) // raftnode refuses the held ones (ErrNotLeader)
 	clear(s.abandonedOpens)
+	clear(s.openInFlight)
 	s.timers.clear()
 	for k, cs := range s.requests {
 		for _, c := range cs {
@@ -393,31 +433,47 @@ func (s *Service) touch(id uint64, ttl time.Duration, now time.Time) {
 	s.timers.push(id, ttl, now)
 }
 
+// renew is touch that always restarts the timer, even when a receipt at
+// now is recorded already (an expireSoon at the same clock reading).
+func (s *Service) renew(id uint64, ttl time.Duration, now time.Time) {
+	delete(s.last, id)
+	s.touch(id, ttl, now)
+}
+
 // expireSoon has the next scan expire session id, which nobody can use
-// (see abandonedOpens). s.mu is held and s.ready is true.
+// (see abandonedOpens), unless a receipt (a retried open that returns it,
+// a heartbeat) comes first. s.mu is held and s.ready is true.
 func (s *Service) expireSoon(id uint64) {
-	now := s.clk.Now()
-	s.last[id] = now
-	s.timers.push(id, -1, now) // due at once: a TTL below zero
+	// At the zero time, which no receipt has: any receipt supersedes it.
+	s.last[id] = time.Time{}
+	s.timers.push(id, -1, time.Time{}) // due at once: a TTL below zero
 }
 
 // abandonOpen records that the proposer of the OpOpenSession request key
-// stopped waiting for its answer (on reqc): the session it opens, if the
-// entry applies, is expired at once (see abandonedOpens). An answer that
-// came meanwhile is lost with reqc, so its session is expired now.
-func (s *Service) abandonOpen(key reqKey, reqc chan outcome) {
+// (of open ID openID) stopped waiting for its answer (on reqc): the
+// session it opens, if the entry applies, is expired at once (see
+// abandonedOpens). An answer that came meanwhile is lost with reqc, so its
+// session is expired now, unless the open has an open ID: another attempt
+// of it may have got that session since (the entry applied before this
+// caller looked at reqc; a retry's entry applied after it found the
+// session), or may still get it. Such a session, if no attempt takes it,
+// expires after its TTL.
+func (s *Service) abandonOpen(key reqKey, reqc chan outcome, openID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ready {
 		return // a leadership that ended: the next one knows nothing of it
 	}
 	if s.dropRequest(key, reqc) {
-		s.abandonedOpens[key.seq] = struct{}{}
+		if len(s.requests[key]) == 0 {
+			// Nobody else waits (a retry that joined the entry does).
+			s.abandonedOpens[key.seq] = struct{}{}
+		}
 		return
 	}
 	select {
 	case o := <-reqc:
-		if !o.notLeader && o.res.Code == fsm.CodeOK {
+		if !o.notLeader && o.res.Code == fsm.CodeOK && openID == 0 {
 			s.expireUnusedLocked(o.res.Session)
 		}
 	default:

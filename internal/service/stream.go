@@ -134,9 +134,11 @@ func (s *Service) ProposeStream(stream lockpb.Lock_ProposeStreamServer) error {
 				// cancelled (no answer wanted) or the stream is ending.
 				if err == nil && !cancelled {
 					reply(&lockpb.ProposeReply{Id: id, Response: resp})
-				} else if err == nil && req.GetOp() == lockpb.Op_OP_OPEN_SESSION && resp.GetCode() == lockpb.Code_CODE_OK {
+				} else if err == nil && req.GetOp() == lockpb.Op_OP_OPEN_SESSION && resp.GetCode() == lockpb.Code_CODE_OK && req.GetOpenId() == 0 {
 					// Opened as the client gave up: nobody learns the
-					// session's ID.
+					// session's ID. Not with an open ID: another attempt
+					// of the open may have got the same session, or get
+					// it (see Service.abandonOpen).
 					s.expireUnused(resp.GetSession())
 				}
 			}(c.GetRequest())
