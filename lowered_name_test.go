@@ -3,12 +3,10 @@ package quorumlock_test
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quorumlock/quorumlock"
-	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
 
 // A lock and a role granted under a larger MaxNameBytes stay readable after
@@ -18,21 +16,8 @@ import (
 // limit that nobody holds, and one past MaxNameBytesLimit, are still
 // refused with ErrInvalidName.
 func TestLoweredNameLimitKeepsHeldLocksReadable(t *testing.T) {
-	var maxName atomic.Int64
-	maxName.Store(256)
-	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 10 * time.Second,
-		Configure: func(cfg *quorumlock.Config) { cfg.MaxNameBytes = int(maxName.Load()) }})
-	c.WaitLeader(10 * time.Second)
-	var addrs []string
-	for _, a := range c.Peers() {
-		addrs = append(addrs, a)
-	}
+	c, cl, lower := nameLimitCluster(t)
 	ctx := testCtx(t, 60*time.Second)
-	cl, err := quorumlock.Dial(ctx, addrs, quorumlock.WithElectionTimeout(c.ElectionTimeout()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	s := specSession(ctx, t, cl)
 	long := strings.Repeat("n", 200)
 	l, err := s.Acquire(ctx, long)
@@ -44,12 +29,7 @@ func TestLoweredNameLimitKeepsHeldLocksReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	maxName.Store(100)
-	for _, id := range c.IDs() {
-		c.Close(id)
-		c.Restart(id)
-		c.WaitLeader(10 * time.Second)
-	}
+	lower(100)
 
 	n := c.Node(c.IDs()[0])
 	for _, r := range []struct {

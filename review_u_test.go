@@ -23,21 +23,8 @@ import (
 // Lost, Proclaim said ErrLimit, an interrupted Acquire abandoned its
 // session). New acquires of such names are still refused, at once.
 func TestReviewULoweredNameLimitKeepsHeldLocksReleasable(t *testing.T) {
-	var maxName atomic.Int64
-	maxName.Store(256)
-	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 10 * time.Second,
-		Configure: func(cfg *quorumlock.Config) { cfg.MaxNameBytes = int(maxName.Load()) }})
-	c.WaitLeader(10 * time.Second)
-	var addrs []string
-	for _, a := range c.Peers() {
-		addrs = append(addrs, a)
-	}
+	_, cl, lower := nameLimitCluster(t)
 	ctx := testCtx(t, 60*time.Second)
-	cl, err := quorumlock.Dial(ctx, addrs, quorumlock.WithElectionTimeout(c.ElectionTimeout()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	s := specSession(ctx, t, cl)
 	other := specSession(ctx, t, cl)
 	long := strings.Repeat("n", 200)
@@ -60,13 +47,7 @@ func TestReviewULoweredNameLimitKeepsHeldLocksReleasable(t *testing.T) {
 	ch := acquireAsync(wctx, s, long+"-q")
 	waitListed(t, cl, long+"-q", s.ID())
 
-	// Every replica restarts, one after another, with a lower limit.
-	maxName.Store(100)
-	for _, id := range c.IDs() {
-		c.Close(id)
-		c.Restart(id)
-		c.WaitLeader(10 * time.Second)
-	}
+	lower(100)
 
 	if _, err := s.Acquire(ctx, long+"-new"); !errors.Is(err, quorumlock.ErrInvalidName) {
 		t.Errorf("Acquire of a new %d-byte name under MaxNameBytes 100: %v, want ErrInvalidName", len(long)+4, err)
@@ -112,6 +93,34 @@ func TestReviewULoweredNameLimitKeepsHeldLocksReleasable(t *testing.T) {
 	}
 	if err := s.Err(); err != nil {
 		t.Errorf("session ended: %v", err)
+	}
+}
+
+// nameLimitCluster starts a 3-replica cluster with MaxNameBytes 256 and
+// a Client of it, and returns with them lower(n), which restarts every
+// replica, one after another, with MaxNameBytes n.
+func nameLimitCluster(t *testing.T) (*testcluster.Cluster, *quorumlock.Client, func(n int)) {
+	var maxName atomic.Int64
+	maxName.Store(256)
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 10 * time.Second,
+		Configure: func(cfg *quorumlock.Config) { cfg.MaxNameBytes = int(maxName.Load()) }})
+	c.WaitLeader(10 * time.Second)
+	var addrs []string
+	for _, a := range c.Peers() {
+		addrs = append(addrs, a)
+	}
+	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrs, quorumlock.WithElectionTimeout(c.ElectionTimeout()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return c, cl, func(n int) {
+		maxName.Store(int64(n))
+		for _, id := range c.IDs() {
+			c.Close(id)
+			c.Restart(id)
+			c.WaitLeader(10 * time.Second)
+		}
 	}
 }
 
