@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"math"
 	"testing"
 )
@@ -125,27 +124,12 @@ func TestReviewSSnapshotKeepsOpenIDs(t *testing.T) {
 // A version 2 image (before open IDs) restores with every open ID 0: an
 // open then creates a session, whatever its OpenID.
 func TestReviewSRestoreVersion2(t *testing.T) {
-	m := New(Limits{})
-	m.Apply(1, 1, &Command{Op: OpOpenSession, TTL: 10e9})
-	m.Apply(2, 1, &Command{Op: OpAcquire, Session: 1, Seq: 3, Done: 3, Name: "a"})
-	var buf bytes.Buffer
-	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	v3 := buf.Bytes()
 	// Version 2: its magic, and no open ID after the session's ttl.
-	var head []byte
-	head = append(head, snapshotMagicV2...)
-	head = binary.AppendUvarint(head, 2)   // applied
-	head = binary.AppendUvarint(head, 1)   // sessions
-	head = binary.AppendUvarint(head, 1)   // id
-	head = binary.AppendVarint(head, 10e9) // ttl
+	m, v3, head := oneSessionImage(t, snapshotMagicV2)
 	if v3[len(head)] != 0 {
 		t.Fatalf("unexpected version 3 layout: %x", v3)
 	}
-	body := append(head, v3[len(head)+1:len(v3)-4]...)
-	v2 := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
-	r, err := Restore(v2, Limits{})
+	r, err := Restore(sealImage(append(head, v3[len(head)+1:len(v3)-4]...)), Limits{})
 	if err != nil {
 		t.Fatalf("Restore(version 2): %v", err)
 	}

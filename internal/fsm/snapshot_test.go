@@ -141,35 +141,46 @@ func FuzzRestore(f *testing.F) {
 	})
 }
 
-// A version 1 image (before sessions had hi and holes) restores, with
-// every session's hi at its done.
-func TestRestoreVersion1(t *testing.T) {
-	m := New(Limits{})
+// oneSessionImage returns a machine whose session 1 (TTL 10 s) holds "a"
+// by seq 3, its version 3 image, and the start of an older version's image
+// of it with magic: up to the session's ttl, after which the versions
+// differ.
+func oneSessionImage(t *testing.T, magic []byte) (m *Machine, v3, head []byte) {
+	t.Helper()
+	m = New(Limits{})
 	m.Apply(1, 1, &Command{Op: OpOpenSession, TTL: 10e9})
 	m.Apply(2, 1, &Command{Op: OpAcquire, Session: 1, Seq: 3, Done: 3, Name: "a"})
 	var buf bytes.Buffer
 	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	v3 := buf.Bytes()
-	// Rewrite it as version 1: the magic's version byte, no open ID after
-	// the session's ttl, and no hi and holes after its done (3, then hi 3
-	// and 0 holes).
-	var head []byte
-	head = append(head, snapshotMagicV1...)
+	head = append(head, magic...)
 	head = binary.AppendUvarint(head, 2)   // applied
 	head = binary.AppendUvarint(head, 1)   // sessions
 	head = binary.AppendUvarint(head, 1)   // id
 	head = binary.AppendVarint(head, 10e9) // ttl
+	return m, buf.Bytes(), head
+}
+
+// sealImage appends an image body's checksum.
+func sealImage(body []byte) []byte {
+	return binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
+}
+
+// A version 1 image (before sessions had hi and holes) restores, with
+// every session's hi at its done.
+func TestRestoreVersion1(t *testing.T) {
+	// Rewrite a version 3 image as version 1: the magic's version byte, no
+	// open ID after the session's ttl, and no hi and holes after its done
+	// (3, then hi 3 and 0 holes).
+	m, v3, head := oneSessionImage(t, snapshotMagicV1)
 	ttlEnd := len(head)
 	head = binary.AppendUvarint(head, 3) // done
 	skip := len(head) + 3                // open ID (0), hi (3) and holes count (0)
 	if v3[ttlEnd] != 0 || v3[skip-2] != 3 || v3[skip-1] != 0 {
 		t.Fatalf("unexpected version 3 layout: %x", v3)
 	}
-	body := append(head, v3[skip:len(v3)-4]...)
-	v1 := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
-	r, err := Restore(v1, Limits{})
+	r, err := Restore(sealImage(append(head, v3[skip:len(v3)-4]...)), Limits{})
 	if err != nil {
 		t.Fatalf("Restore(version 1): %v", err)
 	}
