@@ -154,22 +154,23 @@ func reviewNWaitAndCancel(t *testing.T, ctx context.Context, c *testcluster.Clus
 
 }
 
-// reviewNLiveSessions counts the cluster's live sessions through cl.
-func reviewNLiveSessions(t *testing.T, ctx context.Context, cl *quorumlock.Client) int {
+// listedSessions returns the IDs of the cluster's live sessions, as cl
+// reads them (every page).
+func listedSessions(t *testing.T, ctx context.Context, cl *quorumlock.Client) []uint64 {
 	t.Helper()
-	n := 0
+	var ids []uint64
 	var after uint64
 	for {
 		list, more, err := cl.Sessions(ctx, after, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n += len(list)
-		if len(list) > 0 {
-			after = list[len(list)-1].ID
+		for _, s := range list {
+			ids = append(ids, s.ID)
+			after = s.ID
 		}
 		if !more {
-			return n
+			return ids
 		}
 	}
 }
@@ -204,7 +205,7 @@ func TestReviewNTimedOutOpensLeaveNoSessions(t *testing.T) {
 	wg.Wait()
 	var live int
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if live = reviewNLiveSessions(t, ctx, cl); live == int(opened.Load()) {
+		if live = len(listedSessions(t, ctx, cl)); live == int(opened.Load()) {
 			return
 		}
 	}

@@ -163,21 +163,7 @@ func TestReviewROpensUnderLostAnswersKeepReceivedSessions(t *testing.T) {
 	var listed []uint64
 	deadline := time.Now().Add(ttl)
 	for {
-		listed = listed[:0]
-		var after uint64
-		for {
-			list, more, err := cl.Sessions(ctx, after, 1000)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, si := range list {
-				listed = append(listed, si.ID)
-				after = si.ID
-			}
-			if !more {
-				break
-			}
-		}
+		listed = listedSessions(t, ctx, cl)
 		if len(listed) == len(live) || time.Now().After(deadline) {
 			break
 		}

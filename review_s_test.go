@@ -16,26 +16,6 @@ import (
 // and the cluster answers a retry with the session an earlier attempt
 // opened.
 
-// reviewSListed returns the IDs of the live sessions, as cl reads them.
-func reviewSListed(t *testing.T, ctx context.Context, cl *quorumlock.Client) []uint64 {
-	t.Helper()
-	var ids []uint64
-	var after uint64
-	for {
-		list, more, err := cl.Sessions(ctx, after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range list {
-			ids = append(ids, s.ID)
-			after = s.ID
-		}
-		if !more {
-			return ids
-		}
-	}
-}
-
 // An open that the leader logged and committed, whose answer was lost,
 // and the leader then deposed: the client's retry reaches the new leader,
 // which must answer with the session the first attempt opened, not open a
@@ -87,7 +67,7 @@ func TestReviewSRetriedOpenAfterLeaderChangeGetsSameSession(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the open was never committed")
 		}
-		first = reviewSListed(t, ctx, obs)
+		first = listedSessions(t, ctx, obs)
 	}
 	if len(first) != 1 {
 		t.Fatalf("sessions after one open: %v", first)
@@ -107,7 +87,7 @@ func TestReviewSRetriedOpenAfterLeaderChangeGetsSameSession(t *testing.T) {
 	if o.s.ID() != first[0] {
 		t.Fatalf("the retry got session %d, the first attempt opened %d", o.s.ID(), first[0])
 	}
-	if listed := reviewSListed(t, ctx, obs); !slices.Equal(listed, first) {
+	if listed := listedSessions(t, ctx, obs); !slices.Equal(listed, first) {
 		t.Fatalf("the cluster holds %v, want only %v", listed, first)
 	}
 	// The lost answers arrive; the old leader rejoins.
@@ -116,7 +96,7 @@ func TestReviewSRetriedOpenAfterLeaderChangeGetsSameSession(t *testing.T) {
 	if err := o.s.Err(); err != nil {
 		t.Fatalf("the session ended: %v", err)
 	}
-	if listed := reviewSListed(t, ctx, obs); !slices.Equal(listed, first) {
+	if listed := listedSessions(t, ctx, obs); !slices.Equal(listed, first) {
 		t.Fatalf("after heal the cluster holds %v, want %v", listed, first)
 	}
 }
@@ -194,7 +174,7 @@ func TestReviewSOpensUnderLateAnswersOneSessionEach(t *testing.T) {
 	// Late answers still in flight land, abandoned sessions expire.
 	var listed []uint64
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		listed = reviewSListed(t, ctx, obs)
+		listed = listedSessions(t, ctx, obs)
 		if len(listed) == len(received) || time.Now().After(deadline) {
 			break
 		}
