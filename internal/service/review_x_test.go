@@ -227,3 +227,32 @@ func TestReviewXStragglerKeepsOpenInFlight(t *testing.T) {
 		t.Fatalf("first attempt %v, retry %v: want one session", a, b)
 	}
 }
+
+// An open of the same open ID with another TTL (no retry of the same
+// NewSession call: a forged or colliding open ID) does not wait for the
+// entry in flight, whose session has the other TTL and would end before
+// the lease its client counts (invariant 5): it is logged, and the table
+// refuses it (CodeInvalid), as it refuses it once the session is live.
+// Before, it joined the entry and was answered with that session.
+func TestReviewXOtherTTLDoesNotJoinOpenInFlight(t *testing.T) {
+	h := newHarness(t)
+	h.setHold(true)
+	first := h.proposeAsync(openReq(28, 10*time.Second))
+	waitFor(t, "the first attempt's entry", func() bool { return h.pendingEntries() == 1 })
+	other := h.proposeAsync(openReq(28, time.Hour))
+	waitFor(t, "the other open's entry", func() bool { return h.pendingEntries() == 2 })
+	h.setHold(false)
+	h.raf.commitPending()
+	if r := <-first; r.GetCode() != lockpb.Code_CODE_OK {
+		t.Fatalf("first open: %v", r)
+	}
+	if r := <-other; r.GetCode() != lockpb.Code_CODE_INVALID {
+		t.Fatalf("open of the same ID with another TTL: %v, want INVALID", r)
+	}
+	h.svc.mu.Lock()
+	left := len(h.svc.openInFlight)
+	h.svc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d opens in flight left", left)
+	}
+}
