@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -254,5 +255,38 @@ func TestReviewXOtherTTLDoesNotJoinOpenInFlight(t *testing.T) {
 	h.svc.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d opens in flight left", left)
+	}
+}
+
+// A follower that installed a snapshot and then leads answers a retried
+// open from the restored table: the open IDs are part of the image, so
+// the retry gets the session the earlier leader opened, logging nothing.
+func TestReviewXSnapshotInstalledLeaderAnswersRetry(t *testing.T) {
+	a := newHarness(t)
+	id := a.propose(openReq(29, time.Hour)).GetSession()
+	index, write := a.svc.Snapshot()
+	var img bytes.Buffer
+	if err := write(&img); err != nil {
+		t.Fatal(err)
+	}
+	b := newHarness(t)
+	b.raf.mu.Lock()
+	b.raf.index = index
+	b.raf.mu.Unlock()
+	if err := b.svc.Restore(index, img.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	b.becomeLeader()
+	b.raf.mu.Lock()
+	before := b.raf.index
+	b.raf.mu.Unlock()
+	if r := b.propose(openReq(29, time.Hour)); r.GetCode() != lockpb.Code_CODE_OK || r.GetSession() != id {
+		t.Fatalf("retry at the leader that installed the snapshot: %v, want session %d", r, id)
+	}
+	b.raf.mu.Lock()
+	after := b.raf.index
+	b.raf.mu.Unlock()
+	if after != before {
+		t.Fatalf("the retry logged %d entries", after-before)
 	}
 }
