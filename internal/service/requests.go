@@ -125,19 +125,19 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	joined := false // waits for the entry of an earlier attempt
 	switch cmd.Op {
 	case fsm.OpOpenSession:
-		if k, ok := s.openInFlight[cmd.OpenID]; ok && cmd.OpenID != 0 {
+		if f, ok := s.openInFlight[cmd.OpenID]; ok && cmd.OpenID != 0 && f.ttl == cmd.TTL {
 			// A retry of an open whose entry this leadership proposed and
 			// has not applied (the earlier attempt timed out under load):
 			// it waits for that entry's answer instead of logging another
 			// (see openInFlight).
-			key, joined = k, true
-			delete(s.abandonedOpens, k.seq) // a caller waits for it again
+			key, joined = f.key, true
+			delete(s.abandonedOpens, f.key.seq) // a caller waits for it again
 			break
 		}
 		cmd.Nonce = s.rnd.Uint64()
 		key = reqKey{0, cmd.Nonce}
-		if cmd.OpenID != 0 {
-			s.openInFlight[cmd.OpenID] = key
+		if _, busy := s.openInFlight[cmd.OpenID]; cmd.OpenID != 0 && !busy {
+			s.openInFlight[cmd.OpenID] = inFlightOpen{key, cmd.TTL}
 		}
 	case fsm.OpRevoke:
 		// Answered when the session ends (EventSessionEnded) or, if it is
@@ -368,7 +368,7 @@ func (s *Service) dropNonce(key reqKey, openID uint64) {
 	}
 	delete(s.requests, key)
 	delete(s.abandonedOpens, key.seq)
-	if s.openInFlight[openID] == key {
+	if s.openInFlight[openID].key == key {
 		delete(s.openInFlight, openID)
 	}
 }

@@ -136,8 +136,12 @@ type Service struct {
 	// client's attempt timed out, under load) waits for that entry
 	// instead of logging another, which would only return the same
 	// session (fsm.Command.OpenID). Without it each retry under overload
-	// added an entry to the backlog that made the attempts time out.
-	openInFlight map[uint64]reqKey
+	// added an entry to the backlog that made the attempts time out. Only
+	// a retry with the entry's TTL waits for it: one with another TTL (not
+	// the same NewSession call: an open ID a client forged or two drew) is
+	// logged, and the table answers it CodeInvalid if the entry opened the
+	// session, as Service.reopen and fsm.Command.OpenID do.
+	openInFlight map[uint64]inFlightOpen
 	// waitCopies counts the copies of each blocking acquire (session,
 	// seq) in Propose, until they return (see MaxCopiesInFlight).
 	waitCopies map[reqKey]int
@@ -164,6 +168,13 @@ type outcome struct {
 	// names; expiring: that session's expiry is proposed, so the open is
 	// answered "retry" (UNAVAILABLE) instead (see Apply).
 	reopened, expiring bool
+}
+
+// inFlightOpen is an open's entry in flight (see Service.openInFlight):
+// its request key and TTL.
+type inFlightOpen struct {
+	key reqKey
+	ttl int64
 }
 
 // New creates a service with an empty lock table. Bind must be called before
@@ -203,7 +214,7 @@ func New(cfg Config) *Service {
 		readyC:   make(chan struct{}),
 
 		abandonedOpens: make(map[uint64]struct{}),
-		openInFlight:   make(map[uint64]reqKey),
+		openInFlight:   make(map[uint64]inFlightOpen),
 		waitCopies:     make(map[reqKey]int),
 	}
 }
@@ -252,7 +263,7 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 		case fsm.OpOpenSession:
 			_, abandoned := s.abandonedOpens[cmd.Nonce]
 			delete(s.abandonedOpens, cmd.Nonce)
-			if k, ok := s.openInFlight[cmd.OpenID]; ok && k.seq == cmd.Nonce {
+			if f, ok := s.openInFlight[cmd.OpenID]; ok && f.key.seq == cmd.Nonce {
 				delete(s.openInFlight, cmd.OpenID)
 			}
 			o := outcome{res: res, reopened: res.Code == fsm.CodeOK && res.Session != e.GetIndex()}
