@@ -191,12 +191,8 @@ func reviewNLiveSessions(t *testing.T, ctx context.Context, cl *quorumlock.Clien
 func TestReviewNTimedOutOpensLeaveNoSessions(t *testing.T) {
 	const sessions = 6000 / reviewNScale
 	// The client's attempts time out after 200 ms (WithElectionTimeout
-	// 100 ms in dial). The cluster's election timeout is 1 s, not the
-	// default 100 ms: the test is about attempts the client gives up on,
-	// and under -race on a loaded host 1,500 opens delayed the leader's
-	// heartbeats past 100 ms in 4 runs of 10 (a new leader, and the skip
-	// below).
-	c := testcluster.New(t, testcluster.Options{Size: 3, ElectionTicks: 100})
+	// 100 ms in dial).
+	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(10 * time.Second)
 	term := c.Node(lead).Status().Term
 	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(time.Minute))
