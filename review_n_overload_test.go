@@ -23,7 +23,14 @@ import (
 // to a new waiter on release, and a session can take 500 new places.
 func TestReviewNOverloadOneLock(t *testing.T) {
 	const sessions, maxWaiters = 3000 / reviewNScale, 1000 / reviewNScale
-	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 10 * time.Second, Configure: func(cfg *quorumlock.Config) {
+	// The test is about the waiter limit, not about timing: a 1 s
+	// election timeout (not the default 100 ms) that the clients are
+	// told of. Under -race on a loaded host, 750 opens at once delayed
+	// the leader's heartbeats past 100 ms (new leaders, sessions that
+	// expired) and outlasted the clients' 200 ms attempts, whose opens
+	// sent again filled MaxSessions (ErrLimit "sessions") or never got
+	// through in 50 s.
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 10 * time.Second, ElectionTicks: 100, Configure: func(cfg *quorumlock.Config) {
 		cfg.MaxWaitersPerLock = maxWaiters
 		cfg.MaxSessions = 2 * sessions
 	}})
@@ -34,7 +41,7 @@ func TestReviewNOverloadOneLock(t *testing.T) {
 		// The cluster's TTL, not dial's 2 s: the test is about limits,
 		// and under -race on a loaded host 750 sessions' heartbeats
 		// could miss a 2 s lease (CI run of 2026-12-01).
-		openers = append(openers, dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(10*time.Second)))
+		openers = append(openers, dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(10*time.Second), quorumlock.WithElectionTimeout(c.ElectionTimeout())))
 	}
 	openers = append(openers, f)
 	ctx := testCtx(t, 50*time.Second)

@@ -304,17 +304,19 @@ func (s *Session) end(cause error, closeRemote bool) {
 	leading := s.leadershipsLocked()
 	s.mu.Unlock()
 
-	close(s.done)
 	// At once, not through their locks' Lost: a close sent below may elect
-	// the next candidates.
+	// the next candidates. Before Done closes, as the locks' Lost: whoever
+	// sees Done closed sees them closed too (a Lost still open after Done
+	// once said "held" in the window between).
 	for _, ld := range leading {
 		ld.cancel()
 	}
-	for _, cancel := range calls {
-		cancel()
-	}
 	for _, l := range locks {
 		l.markLost()
+	}
+	close(s.done)
+	for _, cancel := range calls {
+		cancel()
 	}
 	s.hb.remove(s)
 	if closeRemote {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -191,6 +192,22 @@ func (s *memStore) saveCalls() []saveCall {
 func (s *memStore) lastIndex() uint64 {
 	last, _ := s.MemoryStorage.LastIndex()
 	return last
+}
+
+// indexOf returns the index of the entry with payload d in the store's
+// log, or 0.
+func (s *memStore) indexOf(d string) uint64 {
+	first, _ := s.MemoryStorage.FirstIndex()
+	ents, err := s.MemoryStorage.Entries(first, s.lastIndex()+1, math.MaxUint64)
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		if string(e.GetData()) == d {
+			return e.GetIndex()
+		}
+	}
+	return 0
 }
 
 // smEvent is one call into the state machine.

@@ -124,7 +124,16 @@ func TestReviewHLeaderReadyAfterEarlierTermsApplied(t *testing.T) {
 	for i := range n {
 		c.propose(old, fmt.Sprintf("e%d", i))
 	}
-	last := c.stores[old].lastIndex()
+	// Propose returns once raft took the entry, before the old leader
+	// saved it: the entries' last index is the one of the last entry in
+	// its store. (Its store's last index read at once could miss the last
+	// entries under load: the followers were then awaited without them,
+	// and the new leader never had e4 to apply.)
+	var last uint64
+	c.waitFor("the entries in the old leader's log", func() bool {
+		last = c.stores[old].indexOf(fmt.Sprintf("e%d", n-1))
+		return last != 0
+	})
 	c.waitFor("the entries on every follower", func() bool {
 		for _, id := range rest {
 			if c.stores[id].lastIndex() < last {
