@@ -246,8 +246,9 @@ func TestE2ESnapshotSurvivesMessageStreamReconnect(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the transfer never reached its third chunk")
 	}
-	k.kill(0, msgConns) // the message stream only
+	// Counted before the kill: the report may come before the next line.
 	before := a.rec.unreachableCount(2)
+	k.kill(0, msgConns) // the message stream only
 	sendUntil(t, a.tr, msg(1, 2, 2), "messages on a new stream", func() bool {
 		return slices.Contains(indexes(b.rec.received(1)), 2)
 	})
