@@ -186,8 +186,8 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	sendUntil(t, a.tr, msg(1, 2, 1), "first delivery", func() bool { return len(b.rec.received(1)) > 0 })
 
-	b.stop()
 	before := a.rec.unreachableCount(2)
+	b.stop()
 	sendUntil(t, a.tr, msg(1, 2, 2), "Unreachable(2) after the server stopped", func() bool {
 		return a.rec.unreachableCount(2) > before
 	})
