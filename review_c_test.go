@@ -80,7 +80,9 @@ func TestReviewCRestartAllRepeatedly(t *testing.T) {
 				var wg sync.WaitGroup
 				for i := range 8 {
 					name := fmt.Sprintf("r%d-fly-%d", r, i)
+					mu.Lock() // the goroutines started before delete from it
 					inflight[name] = true
+					mu.Unlock()
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
