@@ -25,6 +25,17 @@ func (h *harness) setHold(hold bool) {
 	h.raf.mu.Unlock()
 }
 
+// scanKeeps runs the leader's expiry scan a moment later and fails the
+// test with why if the scan expired session id.
+func (h *harness) scanKeeps(t *testing.T, id uint64, why string) {
+	t.Helper()
+	h.clk.Advance(time.Millisecond)
+	h.svc.expireDue()
+	if !h.live(id) {
+		t.Fatal(why)
+	}
+}
+
 // abandonOpenAttempt sends an attempt of open openID whose caller gives up
 // before its entry applies (raft holds it); the entry stays pending.
 func (h *harness) abandonOpenAttempt(openID uint64, ttl time.Duration) {
@@ -98,11 +109,7 @@ func TestReviewSLateAbandonedAttemptKeepsAnsweredSession(t *testing.T) {
 	reqc := make(chan outcome, 1)
 	reqc <- outcome{res: fsm.Result{Code: fsm.CodeOK, Session: r.GetSession()}, reopened: true}
 	h.svc.abandonOpen(reqKey{0, 12345}, reqc, 9)
-	h.clk.Advance(time.Millisecond)
-	h.svc.expireDue()
-	if !h.live(r.GetSession()) {
-		t.Fatal("an abandoned retry's unread answer expired the session it found")
-	}
+	h.scanKeeps(t, r.GetSession(), "an abandoned retry's unread answer expired the session it found")
 }
 
 // A retry that arrives while the session's expiry is proposed (the first
@@ -440,11 +447,7 @@ func TestReviewSJoinedRetryOutlivesFirstAttemptsCancel(t *testing.T) {
 	if r.GetCode() != lockpb.Code_CODE_OK {
 		t.Fatalf("retry: %v", r)
 	}
-	h.clk.Advance(time.Millisecond)
-	h.svc.expireDue()
-	if !h.live(r.GetSession()) {
-		t.Fatal("the session the joined retry received was expired as abandoned")
-	}
+	h.scanKeeps(t, r.GetSession(), "the session the joined retry received was expired as abandoned")
 }
 
 // A session whose expiry is proposed while the retry waits for its

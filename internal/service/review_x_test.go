@@ -68,11 +68,7 @@ func TestReviewXLoggedRetryKeepsAbandonedAttemptsSession(t *testing.T) {
 		t.Fatalf("retry: %v", r)
 	}
 	h.setHold(false)
-	h.clk.Advance(time.Millisecond)
-	h.svc.expireDue()
-	if !h.live(r.GetSession()) {
-		t.Fatal("the session the retry received was expired as abandoned")
-	}
+	h.scanKeeps(t, r.GetSession(), "the session the retry received was expired as abandoned")
 }
 
 // The same with the scan between the two applies: the session's Expire is
