@@ -25,6 +25,19 @@ func (h *harness) setHold(hold bool) {
 	h.raf.mu.Unlock()
 }
 
+// twoWaitOnOneRequest reports whether two callers wait for the answer of
+// one request (a retry joined the attempt before it).
+func (h *harness) twoWaitOnOneRequest() bool {
+	h.svc.mu.Lock()
+	defer h.svc.mu.Unlock()
+	for _, cs := range h.svc.requests {
+		if len(cs) == 2 {
+			return true
+		}
+	}
+	return false
+}
+
 // scanKeeps runs the leader's expiry scan a moment later and fails the
 // test with why if the scan expired session id.
 func (h *harness) scanKeeps(t *testing.T, id uint64, why string) {
@@ -380,14 +393,7 @@ func TestReviewSRefusedOpenAnswersJoinedRetries(t *testing.T) {
 	waitFor(t, "the first attempt's proposal", func() bool { return rr.proposals() == 1 })
 	retry := h.proposeAsync(openReq(6, time.Hour))
 	waitFor(t, "the retry to wait", func() bool {
-		h.svc.mu.Lock()
-		defer h.svc.mu.Unlock()
-		for _, cs := range h.svc.requests {
-			if len(cs) == 2 {
-				return true
-			}
-		}
-		return false
+		return h.twoWaitOnOneRequest()
 	})
 	if n := rr.proposals(); n != 1 {
 		t.Fatalf("%d proposals, want the first attempt's alone", n)
@@ -428,14 +434,7 @@ func TestReviewSJoinedRetryOutlivesFirstAttemptsCancel(t *testing.T) {
 	waitFor(t, "the first attempt's entry", func() bool { return h.pendingEntries() == 1 })
 	retry := h.proposeAsync(openReq(8, time.Hour))
 	waitFor(t, "the retry to join", func() bool {
-		h.svc.mu.Lock()
-		defer h.svc.mu.Unlock()
-		for _, cs := range h.svc.requests {
-			if len(cs) == 2 {
-				return true
-			}
-		}
-		return false
+		return h.twoWaitOnOneRequest()
 	})
 	cancel()
 	if err := <-firstErr; err == nil {

@@ -205,14 +205,7 @@ func TestReviewXStragglerKeepsOpenInFlight(t *testing.T) {
 		if h.pendingEntries() > 1 {
 			return true
 		}
-		h.svc.mu.Lock()
-		defer h.svc.mu.Unlock()
-		for _, cs := range h.svc.requests {
-			if len(cs) == 2 {
-				return true
-			}
-		}
-		return false
+		return h.twoWaitOnOneRequest()
 	})
 	if n := h.pendingEntries(); n != 1 {
 		t.Fatalf("%d entries pending after the retry, want the first attempt's alone", n)
