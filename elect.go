@@ -395,13 +395,14 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 }
 
 // Leader returns the current leader of role as of a linearizable read.
-// Errors: ErrNoLeader, ErrInvalidName, ErrClosed, ctx's error.
+// Errors: ErrNoLeader, ErrInvalidName (also for a role longer than
+// MaxNameBytes that nobody holds, as Holder), ErrClosed, ctx's error.
 func (n *Node) Leader(ctx context.Context, role string) (LeaderInfo, error) {
 	if n.nilNode() {
 		return LeaderInfo{}, errNoNode
 	}
 	ctx = orBackground(ctx)
-	if err := checkRole(role, MaxNameBytesLimit); err != nil { // reads: see MaxNameBytesLimit
+	if err := checkRole(role, MaxNameBytesLimit); err != nil { // longer than MaxNameBytes: answered while held (Config.MaxNameBytes)
 		return LeaderInfo{}, err
 	}
 	if n.isClosed() {

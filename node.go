@@ -432,14 +432,16 @@ func (n *Node) Status() Status {
 // a linearizable read (DESIGN.md invariant 9): confirmed by the leader
 // through ReadIndex, then served once this replica has applied that index.
 // A replica cut off from the majority blocks until ctx ends and returns
-// ctx's error; it never answers from stale state. Errors: ErrInvalidName,
-// ErrClosed, ctx's error.
+// ctx's error; it never answers from stale state. Errors: ErrInvalidName
+// (also for a name longer than MaxNameBytes that nobody holds; one held
+// since before a rolling change lowered the limit is answered), ErrClosed,
+// ctx's error.
 func (n *Node) Holder(ctx context.Context, name string) (LockInfo, error) {
 	if n.nilNode() {
 		return LockInfo{}, errNoNode
 	}
 	ctx = orBackground(ctx)
-	if err := checkName(name, MaxNameBytesLimit); err != nil { // reads: see MaxNameBytesLimit
+	if err := checkName(name, MaxNameBytesLimit); err != nil { // longer than MaxNameBytes: answered while held (Config.MaxNameBytes)
 		return LockInfo{}, err
 	}
 	if n.isClosed() {
