@@ -317,7 +317,7 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *grpc.
 			sent := time.Now()
 			var final bool
 			final, err = attempt(actx, cc)
-			c.attemptEnded(ctx, actx, addr, cc, sent)
+			c.cm.attemptEnded(&c.mu, c.hb, ctx, actx, addr, cc, sent)
 			cancel()
 			if final {
 				return err
@@ -560,23 +560,6 @@ func (c *Client) redial(addr string, cc *grpc.ClientConn, sent time.Time) {
 	c.cm.redialSilent(&c.mu, addr, cc, sent, c.hb.background)
 }
 
-// attemptEnded is called when an attempt sent on cc at sent returned. A
-// Client without sessions sends no heartbeats, so its requests are what
-// notice a connection that died without a reset: if the attempt's own
-// limit ended it (not the caller's ctx), the replica did not answer in
-// twice the election timeout, and cc is dialled again unless it received
-// anything meanwhile (redial). Without this, every request went back into
-// the dead connection, by the leader hints of the other replicas, until
-// gRPC's keepalive gave up on it (10-20 s). With sessions, the heartbeats
-// are the probe (keepAlive): a request slower than its attempt limit on a
-// slow link that still delivers must not break the heartbeat stream
-// sharing its connection.
-func (c *Client) attemptEnded(ctx, actx context.Context, addr string, cc *grpc.ClientConn, sent time.Time) {
-	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) && c.hb.idle() {
-		c.redial(addr, cc, sent)
-	}
-}
-
 // propStream returns the Propose stream to addr, over cc, opening one
 // (for at most as long as ctx allows, and until abort closes) if there is
 // none or it broke.
@@ -720,7 +703,7 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 			sent := time.Now()
 			var final bool
 			final, err = attempt(actx, moved, cc, addr)
-			c.attemptEnded(ctx, actx, addr, cc, sent)
+			c.cm.attemptEnded(&c.mu, c.hb, ctx, actx, addr, cc, sent)
 			cancel()
 			if final {
 				return err

@@ -2,6 +2,7 @@ package quorumlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,24 @@ func (m *connMaps[K]) redialSilent(mu *sync.Mutex, key K, cc *grpc.ClientConn, s
 	}
 	if !background(func() { cc.Close() }) {
 		cc.Close()
+	}
+}
+
+// attemptEnded is called when a request attempt sent on cc, the
+// connection at key, at sent failed; hb is the holder's heartbeater. A
+// Client or replica without sessions sends no heartbeats, so its requests
+// are what notice a connection that died without a reset: if the
+// attempt's own limit ended it (not the caller's ctx: the replica did not
+// answer in twice the election timeout), cc is dialled again unless it
+// received anything meanwhile (redialSilent). Without this, every request
+// went back into the dead connection, by the leader hints of the other
+// replicas, until gRPC's keepalive gave up on it (10-20 s). With sessions
+// the heartbeats are the probe: a request slower than its attempt limit
+// on a slow link that still delivers must not break the heartbeat stream
+// sharing its connection.
+func (m *connMaps[K]) attemptEnded(mu *sync.Mutex, hb *heartbeater, ctx, actx context.Context, key K, cc *grpc.ClientConn, sent time.Time) {
+	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) && hb.idle() {
+		m.redialSilent(mu, key, cc, sent, hb.background)
 	}
 }
 

@@ -143,24 +143,9 @@ func (r *router) attempt(ctx context.Context, target uint64, changed <-chan stru
 		}
 	}
 	if cc != nil {
-		r.attemptEnded(ctx, actx, target, cc, sent)
+		r.cm.attemptEnded(&r.mu, r.n.hb, ctx, actx, target, cc, sent)
 	}
 	return nil, grpcErr(ctx, err)
-}
-
-// attemptEnded is called when a forwarded attempt sent on cc, the
-// connection to replica id, at sent failed. As Client.attemptEnded: if
-// the attempt's own limit ended it (not the caller's ctx), and this
-// replica has no sessions (whose heartbeats would probe cc, and which a
-// slow request on a link that still delivers must not cost their
-// heartbeat stream), cc is dialled again unless it received anything
-// meanwhile (redial). Without this, a replica with no sessions sent
-// NewSession into a connection to the leader that died without a reset
-// until gRPC's keepalive gave up on it (10-20 s).
-func (r *router) attemptEnded(ctx, actx context.Context, id uint64, cc *grpc.ClientConn, sent time.Time) {
-	if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) && r.n.hb.idle() {
-		r.redial(id, cc, sent)
-	}
 }
 
 func (r *router) settleGrace() time.Duration { return r.n.cfg.electionTimeout() }
