@@ -270,7 +270,7 @@ func (s *Service) reopen(ctx context.Context, cmd *fsm.Command) (resp *lockpb.Re
 		return reopenExpiring(), true, nil
 	}
 	term := s.term
-	s.renew(si.ID, time.Duration(si.TTL), s.clk.Now())
+	s.touch(si.ID, time.Duration(si.TTL), s.clk.Now())
 	s.mu.Unlock()
 	if err := s.linearize(ctx); err != nil {
 		if ctx.Err() != nil {

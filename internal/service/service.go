@@ -285,7 +285,7 @@ func (s *Service) Apply(ents []*raftpb.Entry) {
 				// earlier, abandoned attempt: the session is not unused
 				// (invariant 3). It is never expired as abandoned itself:
 				// another attempt of the open may have received it.
-				s.renew(res.Session, time.Duration(cmd.TTL), s.clk.Now())
+				s.touch(res.Session, time.Duration(cmd.TTL), s.clk.Now())
 			case abandoned:
 				s.expireSoon(res.Session)
 			default:
@@ -442,13 +442,6 @@ func (s *Service) touch(id uint64, ttl time.Duration, now time.Time) {
 	}
 	s.last[id] = now
 	s.timers.push(id, ttl, now)
-}
-
-// renew is touch that always restarts the timer, even when a receipt at
-// now is recorded already (an expireSoon at the same clock reading).
-func (s *Service) renew(id uint64, ttl time.Duration, now time.Time) {
-	delete(s.last, id)
-	s.touch(id, ttl, now)
 }
 
 // expireSoon has the next scan expire session id, which nobody can use
