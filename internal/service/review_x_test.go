@@ -50,7 +50,7 @@ func (h *harness) loggedRetryOfAbandonedAttempt(openID uint64) <-chan *lockpb.Re
 // A retry whose own entry finds the session of an abandoned attempt must
 // restart its timer: the abandoned attempt's apply marked the session to
 // expire at the next scan, and the retry's client now holds it
-// (invariant 3). Kills the removal of the renew in Apply's reopened case
+// (invariant 3). Kills the removal of the timer restart (touch) in Apply's reopened case
 // (the other tests reach it only through the table's answer or a joined
 // entry).
 func TestReviewXLoggedRetryKeepsAbandonedAttemptsSession(t *testing.T) {
