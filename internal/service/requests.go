@@ -538,13 +538,15 @@ func (s *Service) Heartbeat(ctx context.Context, ids []uint64) (alive, gone []ui
 	if code, hint := s.readyCode(); code != lockpb.Code_CODE_OK {
 		return nil, nil, code, hint
 	}
-	now := s.clk.Now()
 	s.mu.Lock()
 	if !s.ready {
 		s.mu.Unlock()
 		r := s.notLeader()
 		return nil, nil, r.Code, r.LeaderHint
 	}
+	// Read under s.mu, as every receipt time is, so that receipt times
+	// reach the timer queue in order (timerQueue).
+	now := s.clk.Now()
 	term := s.term
 	touched := make([]bool, len(ids))
 	for i, id := range ids {

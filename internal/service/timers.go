@@ -4,10 +4,14 @@ import "time"
 
 // timerQueue finds sessions past their TTL without scanning them all. Each
 // heartbeat receipt is appended to the FIFO of its session's TTL; receipt
-// times only grow, so within one FIFO deadlines are in order and a scan pops
-// from the front until the first deadline still ahead. An entry superseded
-// by a later heartbeat of the same session is skipped when popped. Cost: one
-// append per heartbeat, one pop per heartbeat when it ages out.
+// times only grow (the Service reads each one under its mutex, and the
+// clock is monotonic), so within one FIFO deadlines are in order and a scan
+// pops from the front until the first deadline still ahead. An entry
+// superseded by a later heartbeat of the same session is skipped when
+// popped. The one push of an older time, unmarkExpiring's re-push of a
+// session's last receipt, sits behind later entries and so pops late,
+// never early. Cost: one append per heartbeat, one pop per heartbeat when
+// it ages out.
 type timerQueue struct {
 	byTTL map[time.Duration]*fifo
 }
