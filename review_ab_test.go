@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
 
@@ -308,5 +309,101 @@ func TestReviewABRestartAllRightAfterGrant(t *testing.T) {
 				t.Fatalf("TryAcquire of the held lock after the second restart: %v, %v", l2, err)
 			}
 		})
+	}
+}
+
+// Review AB. Every replica runs on its own manual clock, advanced together
+// in small steps, except that one follower's clock jumps ahead by twice
+// the TTL in one step (its process was paused, or its host suspended).
+// Only that replica's view of time moves: its session, holding a lock,
+// must end at once for its client (the lease counts on the client's own
+// clock: invariant 5) and free the lock by its close, so the next waiter
+// is granted after the holder's Lost closed and well before a TTL; the
+// cluster keeps its leader (the jump is one raft tick, not an election
+// timeout of them), and a session on the other follower is untouched.
+func TestReviewABOneReplicaClockJumps(t *testing.T) {
+	clks := map[uint64]*clock.Manual{}
+	for id := uint64(1); id <= 3; id++ {
+		// Different readings: only differences of one clock's readings
+		// mean anything.
+		clks[id] = clock.NewManual(time.Unix(int64(1000*id), 0))
+	}
+	stop := make(chan struct{})
+	driven := make(chan struct{})
+	go func() {
+		defer close(driven)
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			for _, clk := range clks {
+				clk.Advance(time.Millisecond)
+			}
+		}
+	}()
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: testTTL, Configure: func(cfg *quorumlock.Config) {
+		cfg.Clock = clks[cfg.ID]
+	}})
+	t.Cleanup(func() { close(stop); <-driven }) // after c's cleanup (LIFO)
+	lead := c.WaitLeader(10 * time.Second)
+	f := follower(c, lead)
+	other := follower(c, lead, f)
+	a := newSession(t, c.Node(f))
+	la := mustAcquire(t, a, "r")
+	keep := newSession(t, c.Node(other))
+	lk := mustAcquire(t, keep, "q")
+	b := newSession(t, c.Node(lead))
+	type got struct {
+		l   *quorumlock.Lock
+		at  time.Time
+		err error
+	}
+	bc := make(chan got, 1)
+	go func() {
+		l, err := b.Acquire(testCtx(t, 30*time.Second), "r")
+		bc <- got{l, time.Now(), err}
+	}()
+	waitQueued(t, c.Node(lead), "r", b.ID())
+	term := c.Node(lead).Status().Term
+
+	jumpAt := time.Now()
+	clks[f].Advance(2 * testTTL)
+	var lostAt time.Time
+	select {
+	case <-la.Lost():
+		lostAt = time.Now()
+	case <-time.After(testTTL / 2):
+		t.Fatal("the holder on the replica whose clock jumped past its lease still believes it holds the lock")
+	}
+	if !errors.Is(a.Err(), quorumlock.ErrSessionExpired) {
+		t.Fatalf("session on the jumped replica: %v", a.Err())
+	}
+	g := <-bc
+	if g.err != nil {
+		t.Fatalf("waiter: %v", g.err)
+	}
+	if !lostAt.Before(g.at) {
+		t.Fatalf("waiter granted %v after the jump, before the holder's Lost at %v", g.at.Sub(jumpAt), lostAt.Sub(jumpAt))
+	}
+	if g.l.Token() <= la.Token() {
+		t.Fatalf("waiter's token %d not above %d", g.l.Token(), la.Token())
+	}
+	if d := g.at.Sub(jumpAt); d > testTTL/2 {
+		t.Fatalf("the lock was freed %v after the jump: the ended session's close did not free it", d)
+	}
+	if st := c.Node(lead).Status(); st.Leader != lead || st.Term != term {
+		t.Fatalf("the jump moved leadership: leader %d term %d, was %d term %d", st.Leader, st.Term, lead, term)
+	}
+	select {
+	case <-lk.Lost():
+		t.Fatal("a session on another replica lost its lock")
+	default:
+	}
+	if info := holder(t, c.Node(other), "q"); info.Holder != keep.ID() || info.Token != lk.Token() {
+		t.Fatalf("holder of q: %+v", info)
 	}
 }
