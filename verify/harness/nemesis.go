@@ -291,6 +291,11 @@ func (n *nemesis) step(st Step) {
 		n.measure(st.Kind, l, []uint64{l}, false)
 		n.h.Fault(st.Kind, "%v -> r%d cut for %v", from, l, st.Hold)
 		time.Sleep(st.Hold)
+		if p, ok := n.sys.(Pauser); ok {
+			// It steps down (CheckQuorum) and, hearing nothing, never
+			// learns who leads next.
+			n.h.Fault(st.Kind, "before the heal: r%d sees leader r%d, the others r%d", l, p.View(l), n.sys.Leader())
+		}
 	case ClientOneWay:
 		l := n.sys.Leader()
 		var cuts []string
