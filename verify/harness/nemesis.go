@@ -73,7 +73,8 @@ const (
 // keeps replaying the plan it drew before they were added.
 var ExtraFaultKinds = []string{Bridge, LeaderDeaf, ClientOneWay}
 
-// FaultKinds lists every fault kind.
+// FaultKinds lists the fault kinds a trial draws from by default (every
+// kind but ExtraFaultKinds).
 var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, LeaderHandoff, ClientCrash, LeaderTransfer, PauseLeader, PauseHolder}
 
 // Step is one planned fault: its kind, how long it is held, the healthy
