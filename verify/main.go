@@ -29,7 +29,7 @@ func main() {
 	trials := flag.Int("trials", 10, "number of trials")
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the first trial (trial i uses seed+i)")
 	out := flag.String("out", "", "folder for the artefacts of failed trials (default: the temp directory)")
-	faults := flag.String("faults", "", "comma-separated fault kinds to draw from (default: all: "+strings.Join(harness.FaultKinds, ",")+")")
+	faults := flag.String("faults", "", "comma-separated fault kinds to draw from (default: all: "+strings.Join(harness.FaultKinds, ",")+"; also, only when named: "+strings.Join(harness.ExtraFaultKinds, ",")+")")
 	replicas := flag.Int("replicas", 0, "replicas per cluster, 3 or 5 (default: drawn per trial)")
 	steps := flag.Int("steps", 0, "faults per trial (default: 2 to 4, drawn per trial)")
 	keep := flag.Bool("keep", false, "save the artefacts of passing trials too")

@@ -54,9 +54,27 @@ const (
 	// remote client or a replica) for longer than the TTL, then resumes
 	// it: its fenced writes come after its lease.
 	PauseHolder = "pause-holder"
+	// Bridge splits the replicas into two sides with one replica, the
+	// bridge, linked to both (Jepsen's bridge): each side is a minority
+	// without it, and the bridge may lead or vote for either.
+	Bridge = "bridge"
+	// LeaderDeaf cuts the links into the leader, one way: it goes on
+	// sending (appends, heartbeats) but hears nothing back, from the
+	// other replicas and, half of the time, from the remote clients.
+	LeaderDeaf = "leader-deaf"
+	// ClientOneWay cuts one direction of each remote client's links to
+	// the leader (or to every replica): a client that can send but not
+	// hear, or hear but not send.
+	ClientOneWay = "client-one-way"
 )
 
-// FaultKinds lists every fault kind.
+// ExtraFaultKinds are fault kinds a trial draws only when named in
+// Options.Faults (verify -faults): left out of FaultKinds so that a seed
+// keeps replaying the plan it drew before they were added.
+var ExtraFaultKinds = []string{Bridge, LeaderDeaf, ClientOneWay}
+
+// FaultKinds lists the fault kinds a trial draws from by default (every
+// kind but ExtraFaultKinds).
 var FaultKinds = []string{IsolateLeader, OneWayCut, Partition, DelayDrop, KillMinority, RestartAll, LeaderChurn, LeaderHandoff, ClientCrash, LeaderTransfer, PauseLeader, PauseHolder}
 
 // Step is one planned fault: its kind, how long it is held, the healthy
@@ -244,6 +262,58 @@ func (n *nemesis) step(st Step) {
 				b := without(members, a)[rnd.IntN(len(members)-1)]
 				n.sys.Cut(a, b)
 				cuts = append(cuts, fmt.Sprintf("r%d->r%d", a, b))
+			}
+		}
+		n.h.Fault(st.Kind, "%s for %v", strings.Join(cuts, " "), st.Hold)
+		time.Sleep(st.Hold)
+	case Bridge:
+		l := n.healthyLeader()
+		perm := slices.Clone(members)
+		rnd.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		bridge, rest := perm[0], perm[1:]
+		left, right := rest[:len(rest)/2], rest[len(rest)/2:]
+		// The bridge is in neither group: its links stay up.
+		n.sys.Partition(slices.Clone(left), slices.Clone(right))
+		n.h.Fault(st.Kind, "%v | bridge r%d | %v for %v (leader r%d)", left, bridge, right, st.Hold, l)
+		time.Sleep(st.Hold)
+	case LeaderDeaf:
+		l := n.healthyLeader()
+		if l == 0 {
+			n.h.Fault(st.Kind, "skipped: no leader")
+			return
+		}
+		from := without(members, l)
+		if rnd.IntN(2) == 0 {
+			from = append(from, n.sys.Clients()...)
+		}
+		for _, f := range from {
+			n.sys.Cut(f, l)
+		}
+		n.measure(st.Kind, l, []uint64{l}, false)
+		n.h.Fault(st.Kind, "%v -> r%d cut for %v", from, l, st.Hold)
+		time.Sleep(st.Hold)
+		if p, ok := n.sys.(Pauser); ok {
+			// It steps down (CheckQuorum) and, hearing nothing, never
+			// learns who leads next.
+			n.h.Fault(st.Kind, "before the heal: r%d sees leader r%d, the others r%d", l, p.View(l), n.sys.Leader())
+		}
+	case ClientOneWay:
+		l := n.sys.Leader()
+		var cuts []string
+		for _, c := range n.sys.Clients() {
+			to := members
+			if l != 0 && rnd.IntN(2) == 0 {
+				to = []uint64{l}
+			}
+			send := rnd.IntN(2) == 0
+			for _, r := range to {
+				if send {
+					n.sys.Cut(c, r)
+					cuts = append(cuts, fmt.Sprintf("c%d->r%d", c, r))
+				} else {
+					n.sys.Cut(r, c)
+					cuts = append(cuts, fmt.Sprintf("r%d->c%d", r, c))
+				}
 			}
 		}
 		n.h.Fault(st.Kind, "%s for %v", strings.Join(cuts, " "), st.Hold)
