@@ -6,6 +6,7 @@ package quorumlock
 func ReviewNSizes(o any) map[string]int {
 	out := map[string]int{}
 	streams := func(ka map[string]*kaStream, ps map[string]*propStream) {
+		out["ka streams"], out["propose streams"] = len(ka), len(ps)
 		for _, k := range ka {
 			k.mu.Lock()
 			out["ka waiters"] += len(k.waiters)

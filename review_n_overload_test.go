@@ -108,8 +108,8 @@ func TestReviewNOverloadOneLock(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if g1 := reviewNGoroutines(); g1 > g0+20 {
-		t.Errorf("goroutines: %d after the load, %d before", g1, g0)
+	if g1, stacks := reviewNGoroutinesBackTo(g0 + 20); g1 > g0+20 {
+		t.Errorf("goroutines: %d after the load, %d before; running:\n%s", g1, g0, stacks)
 	}
 	if n, _ := c.Node(lead).Status(), 0; n.Leader == 0 {
 		t.Errorf("no leader after the load")

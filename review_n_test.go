@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +81,27 @@ func reviewNGoroutines() int {
 	return n
 }
 
+// reviewNGoroutinesBackTo waits (up to 20 s) for the goroutine count to
+// come down to limit and returns the last count, with the stacks of the
+// goroutines running then when it is still above. Goroutines that are
+// finishing (stream handlers, background closes, heartbeat streams being
+// replaced) may take seconds to be scheduled on a loaded machine under
+// -race, longer than reviewNGoroutines' 50 ms of a steady count; a leak
+// stays above limit for good.
+func reviewNGoroutinesBackTo(limit int) (int, string) {
+	g := reviewNGoroutines()
+	for deadline := time.Now().Add(20 * time.Second); g > limit && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		g = runtime.NumGoroutine()
+	}
+	if g <= limit {
+		return g, ""
+	}
+	var b strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&b, 1)
+	return g, b.String()
+}
+
 // TestReviewNLongRunReturnsToBounds: after hundreds of rounds of sessions
 // opened and closed, lock names used once, cancelled waits, tries and
 // elections, through a follower replica and a remote client, nothing that
@@ -103,6 +126,21 @@ func TestReviewNLongRunReturnsToBounds(t *testing.T) {
 		}
 	}
 	g0 := reviewNGoroutines()
+	// What an opener keeps per replica address (a connection, its
+	// propose and heartbeat streams) may grow during the rounds: a call
+	// timed out on a loaded machine moves on to another replica and opens
+	// them there. Their goroutines (gRPC's on both sides, the streams'
+	// loops and handlers: 14 for a connection and a propose stream) are
+	// allowed for on top of the slack; per session or per call, 75 rounds
+	// would leave more.
+	perAddr := func() (n int) {
+		for _, o := range openers {
+			sz := quorumlock.ReviewNSizes(o.sz)
+			n += 12*sz["conns"] + 8*(sz["propose streams"]+sz["ka streams"])
+		}
+		return n
+	}
+	a0 := perAddr()
 	for _, o := range openers {
 		for i := warm; i < warm+rounds; i++ {
 			reviewNRound(t, o.o, i)
@@ -110,7 +148,7 @@ func TestReviewNLongRunReturnsToBounds(t *testing.T) {
 	}
 	for _, o := range openers {
 		for k, v := range quorumlock.ReviewNSizes(o.sz) {
-			if k == "conns" || k == "away" { // per replica address
+			if k == "conns" || k == "away" || k == "propose streams" || k == "ka streams" { // per replica address
 				if v > 3 {
 					t.Errorf("%s: %s = %d, want at most one per replica", o.name, k, v)
 				}
@@ -128,7 +166,8 @@ func TestReviewNLongRunReturnsToBounds(t *testing.T) {
 	if ls, _, err := cl.Locks(ctx, "", 100); err != nil || len(ls) != 0 {
 		t.Errorf("Locks = %v, %v; want none", ls, err)
 	}
-	if g1 := reviewNGoroutines(); g1 > g0+10 {
-		t.Errorf("goroutines: %d after %d rounds, %d after the first %d", g1, rounds, g0, warm)
+	limit := g0 + 10 + max(0, perAddr()-a0)
+	if g1, stacks := reviewNGoroutinesBackTo(limit); g1 > limit {
+		t.Errorf("goroutines: %d after %d rounds, %d after the first %d (at most %d with the replica connections and streams opened since); running:\n%s", g1, rounds, g0, warm, limit, stacks)
 	}
 }
