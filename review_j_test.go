@@ -230,8 +230,12 @@ func reviewJStress(t *testing.T, o opener, midway func()) {
 // and each aborted call forgot the leader again. With a stable leader,
 // Acquires stopped by their deadline then could not withdraw in time
 // (ErrWithdrawPending, 5-10 of 20) and TryAcquires with half a second to
-// spare timed out. (This catches the bug about half the time; the
-// deterministic check is TestReviewJSameLeaderLearnedAgainIsNoMove.)
+// spare timed out. This end-to-end form no longer reproduces that bug
+// reliably on today's client (a re-creation of it in setLeader passed 6
+// of 6 runs), and its tries have 2 s, not half a second: under -race on a
+// host at load 6 a 500 ms try timed out 1 in 3 runs with the leader
+// stable. The check that fails with the bug is
+// TestReviewJSameLeaderLearnedAgainIsNoMove.
 func TestReviewJShortCallsDoNotUnsettleTheLeader(t *testing.T) {
 	nodes := specCluster(t, 3, nil)
 	cl := specDial(t, nodes) // election timeout 200 ms, as the cluster's
@@ -275,7 +279,7 @@ func TestReviewJShortCallsDoNotUnsettleTheLeader(t *testing.T) {
 		if errors.Is(err, quorumlock.ErrWithdrawPending) {
 			pending++
 		}
-		cctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
+		cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
 		_, err = s.TryAcquire(cctx, "busy")
 		cancel()
 		if !errors.Is(err, quorumlock.ErrLocked) {
