@@ -242,3 +242,73 @@ func TestReviewAAFencePerResource(t *testing.T) {
 		t.Errorf("zero Fence Admit: %v", err)
 	}
 }
+
+// Leaderships of a Node or Client that closes: Done and Context end at
+// once, and Resign and Proclaim return ErrClosed (the end cause of the
+// session) without blocking, for Session.Elect as for the Node's or the
+// Client's own Elect; Observe channels of the closed opener close.
+func TestReviewAALeadershipsOfAClosedOpener(t *testing.T) {
+	nodes := specCluster(t, 3, func(c *quorumlock.Config) { c.SessionTTL = 2 * time.Second })
+	lead := specLeader(t, nodes)
+	cl := specDial(t, nodes, quorumlock.WithSessionTTL(2*time.Second))
+	f := nodes[(lead+1)%3]
+	ctx := testCtx(t, 60*time.Second)
+	for _, o := range []opener{f, cl} {
+		s := specSession(ctx, t, o)
+		viaSession, err := s.Elect(ctx, "aa/closed/s/"+where(o), []byte("s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := o.Elect(ctx, "aa/closed/o/"+where(o), []byte("o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs := o.Observe(ctx, "aa/closed/s/"+where(o))
+		if ev := <-obs; ev.Session != s.ID() {
+			t.Fatalf("%s: first Observe event %+v", where(o), ev)
+		}
+		what := where(o)
+		if n, ok := o.(*quorumlock.Node); ok {
+			err = n.Close()
+		} else {
+			err = cl.Close()
+		}
+		if err != nil {
+			t.Fatalf("%s: Close: %v", what, err)
+		}
+		for name, ld := range map[string]*quorumlock.Leadership{"Session.Elect": viaSession, "Elect": own} {
+			if !closed(ld.Done()) || ld.Context().Err() == nil {
+				t.Errorf("%s %s: Done %v Context %v after close, want both ended", what, name, closed(ld.Done()), ld.Context().Err())
+			}
+			short := testCtx(t, 5*time.Second)
+			start := time.Now()
+			if err := ld.Proclaim(short, []byte("late")); !errors.Is(err, quorumlock.ErrClosed) {
+				t.Errorf("%s %s: Proclaim after close: %v, want ErrClosed", what, name, err)
+			}
+			if err := ld.Resign(short); !errors.Is(err, quorumlock.ErrClosed) {
+				t.Errorf("%s %s: Resign after close: %v, want ErrClosed", what, name, err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("%s %s: Proclaim and Resign after close took %v", what, name, d)
+			}
+		}
+		select {
+		case _, open := <-obs:
+			for open {
+				_, open = <-obs
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: Observe channel open 5s after close", what)
+		}
+	}
+	// The closed replica's and client's sessions expire on the cluster
+	// after their TTL: the roles are then free (observed on the leader).
+	for _, role := range []string{"aa/closed/s/" + where(f), "aa/closed/s/the client"} {
+		ev := nodes[lead].Observe(ctx, role)
+		for e := range ev {
+			if !e.HasLeader() {
+				break
+			}
+		}
+	}
+}
