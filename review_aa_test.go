@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
 )
 
 // aaOpeners returns the leader, a follower and a remote client of a fresh
@@ -310,5 +311,74 @@ func TestReviewAALeadershipsOfAClosedOpener(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// An Observe stream on a follower that is cut off while the role changes
+// hands and the log behind it is compacted away catches up through a
+// snapshot install, not a log replay: it must still report "no leader"
+// after the old leader and then the new leader with its larger epoch
+// and value, never going back, and Holder on that follower must agree
+// with the leader's table afterwards. (Observe's events come from
+// applying entries; a restored snapshot applies none.)
+func TestReviewAAObserveAcrossSnapshotInstall(t *testing.T) {
+	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
+		t.Run(string(backend), func(t *testing.T) {
+			c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {
+				cfg.SnapshotEntries = 8
+				cfg.LogBackend = backend
+			}})
+			lead := c.WaitLeader(5 * time.Second)
+			f := follower(c, lead)
+			ctx := testCtx(t, 60*time.Second)
+			a := newSession(t, c.Node(lead), quorumlock.WithTTL(time.Minute))
+			la := mustElect(t, a, "aa/sched", "a")
+			held := mustAcquire(t, a, "aa/held")
+			events := c.Node(f).Observe(ctx, "aa/sched")
+			if ev := nextEvent(t, events); ev.Epoch != la.Epoch() || string(ev.Value) != "a" {
+				t.Fatalf("first event %+v, want a at epoch %d", ev, la.Epoch())
+			}
+			before := c.Node(f).Status().Applied
+			c.Isolate(f)
+			b := newSession(t, c.Node(lead), quorumlock.WithTTL(time.Minute))
+			if err := la.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lb := mustElect(t, b, "aa/sched", "b")
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			heldB := mustAcquire(t, b, "aa/held")
+			for range 40 {
+				if err := mustAcquire(t, a, "aa/filler").Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Heal()
+			var got []quorumlock.LeaderInfo
+			for {
+				ev := nextEvent(t, events)
+				got = append(got, ev)
+				if ev.Epoch < la.Epoch() || (len(got) > 1 && ev.Epoch < got[len(got)-2].Epoch) {
+					t.Fatalf("events went back: %+v", got)
+				}
+				if ev.HasLeader() && ev.Epoch == lb.Epoch() {
+					break
+				}
+				if ev.HasLeader() && ev.Epoch != la.Epoch() {
+					t.Fatalf("unexpected leader event %+v (a %d, b %d)", ev, la.Epoch(), lb.Epoch())
+				}
+			}
+			if ev := got[len(got)-1]; ev.Session != b.ID() || string(ev.Value) != "b" {
+				t.Errorf("new leader event %+v, want session %d value b", ev, b.ID())
+			}
+			if len(got) < 2 || got[len(got)-2].HasLeader() {
+				t.Errorf("no \"no leader\" event before b's leadership: %+v", got)
+			}
+			if info := holder(t, c.Node(f), "aa/held"); info.Holder != b.ID() || info.Token != heldB.Token() {
+				t.Errorf("caught-up follower's Holder %+v, want b's grant %d", info, heldB.Token())
+			}
+			t.Logf("follower applied %d before the cut, %d after", before, c.Node(f).Status().Applied)
+		})
 	}
 }
