@@ -382,3 +382,37 @@ func TestReviewAAObserveAcrossSnapshotInstall(t *testing.T) {
 		})
 	}
 }
+
+// A session at the smallest TTL (1 s) stays alive on its heartbeats
+// alone: idle for four TTLs, through a follower and a client, it keeps
+// its lock (no Lost, same holder and token), and a second session's
+// TryAcquire still gets ErrLocked.
+func TestReviewAAMinTTLSessionLivesOnHeartbeats(t *testing.T) {
+	_, ops := aaOpeners(t)
+	ctx := testCtx(t, 60*time.Second)
+	type held struct {
+		name string
+		o    opener
+		s    *quorumlock.Session
+		l    *quorumlock.Lock
+	}
+	var hs []held
+	for _, op := range ops {
+		s := specSession(ctx, t, op.o, quorumlock.WithTTL(quorumlock.MinSessionTTL))
+		hs = append(hs, held{op.name, op.o, s, mustAcquire(t, s, "aa/minttl/"+op.name)})
+	}
+	time.Sleep(4 * quorumlock.MinSessionTTL)
+	for _, h := range hs {
+		if closed(h.l.Lost()) || closed(h.s.Done()) {
+			t.Errorf("%s: a 1 s session idle for 4 s: Lost %v Done %v Err %v", h.name, closed(h.l.Lost()), closed(h.s.Done()), h.s.Err())
+			continue
+		}
+		if info := holder(t, h.o, h.l.Name()); info.Holder != h.s.ID() || info.Token != h.l.Token() {
+			t.Errorf("%s: Holder %+v, want session %d token %d", h.name, info, h.s.ID(), h.l.Token())
+		}
+		other := specSession(ctx, t, h.o)
+		if _, err := other.TryAcquire(ctx, h.l.Name()); !errors.Is(err, quorumlock.ErrLocked) {
+			t.Errorf("%s: TryAcquire of a live 1 s session's lock: %v, want ErrLocked", h.name, err)
+		}
+	}
+}
