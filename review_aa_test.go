@@ -5,6 +5,7 @@ package quorumlock_test
 // remote Client, so that the three are held to the same answers.
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -413,6 +414,42 @@ func TestReviewAAMinTTLSessionLivesOnHeartbeats(t *testing.T) {
 		other := specSession(ctx, t, h.o)
 		if _, err := other.TryAcquire(ctx, h.l.Name()); !errors.Is(err, quorumlock.ErrLocked) {
 			t.Errorf("%s: TryAcquire of a live 1 s session's lock: %v, want ErrLocked", h.name, err)
+		}
+	}
+}
+
+// Session.Close with a ctx that has already ended: the error wraps
+// ErrUnknownOutcome and ctx's error, Done and Lost close at once, and the
+// close goes on in the background, so the lock is freed (and a waiter
+// granted with a larger token) long before the session's one-minute TTL.
+func TestReviewAACloseWithEndedCtxFreesSoon(t *testing.T) {
+	_, ops := aaOpeners(t)
+	ctx := testCtx(t, 60*time.Second)
+	for _, op := range ops {
+		name := "aa/closeended/" + op.name
+		s, err := op.o.NewSession(ctx, quorumlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, s, name)
+		w := specSession(ctx, t, op.o)
+		wait := acquireQueued(t, ctx, w, op.o, name)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		err = s.Close(ended)
+		if !errors.Is(err, quorumlock.ErrUnknownOutcome) || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: Close with an ended ctx: %v, want ErrUnknownOutcome and context.Canceled", op.name, err)
+		}
+		if !closed(s.Done()) || !closed(l.Lost()) {
+			t.Errorf("%s: Done %v Lost %v after Close, want both closed", op.name, closed(s.Done()), closed(l.Lost()))
+		}
+		select {
+		case r := <-wait:
+			if r.err != nil || r.l.Token() <= l.Token() {
+				t.Errorf("%s: waiter after the background close: %v", op.name, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: lock not freed 10 s after Close with an ended ctx (TTL 1 min)", op.name)
 		}
 	}
 }
