@@ -7,6 +7,9 @@ package quorumlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -451,5 +454,228 @@ func TestReviewAACloseWithEndedCtxFreesSoon(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Errorf("%s: lock not freed 10 s after Close with an ended ctx (TTL 1 min)", op.name)
 		}
+	}
+}
+
+// aaClass names the sentinel an error wraps, for comparing outcomes.
+func aaClass(err error) string {
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"WithdrawPending", quorumlock.ErrWithdrawPending}, {"UnknownOutcome", quorumlock.ErrUnknownOutcome},
+		{"Locked", quorumlock.ErrLocked}, {"SessionExpired", quorumlock.ErrSessionExpired},
+		{"StaleToken", quorumlock.ErrStaleToken}, {"InvalidName", quorumlock.ErrInvalidName},
+		{"NotHeld", quorumlock.ErrNotHeld}, {"Limit", quorumlock.ErrLimit}, {"Closed", quorumlock.ErrClosed},
+		{"InvalidTTL", quorumlock.ErrInvalidTTL}, {"NoLeader", quorumlock.ErrNoLeader},
+		{"Deadline", context.DeadlineExceeded}, {"Canceled", context.Canceled},
+	} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	if err != nil {
+		return "other: " + err.Error()
+	}
+	return "ok"
+}
+
+// The same seeded random script of calls (acquire, try, release, elect,
+// resign, proclaim, reads, session close, bad names and values), run on
+// the leader replica, a follower replica and a remote Client, gives the
+// same sequence of outcomes on each: the same sentinel errors, the same
+// holders and waiters (by session), the same "new grant" / "same grant"
+// token relations. Every new grant of a name has a larger token than
+// the last, and a read never shows a token other than the one granted.
+func TestReviewAASameScriptSameOutcomes(t *testing.T) {
+	nodes, ops := aaOpeners(t)
+	admin := specDial(t, nodes)
+	ctx := testCtx(t, 120*time.Second)
+	// settled waits until session id is neither queued for nor holding
+	// key (a lock name, or a role), after an interrupted call returned
+	// ErrWithdrawPending: its withdrawal goes on in the background (on a
+	// loaded host the settling reserve of a short ctx can run out), and
+	// the rest of the script must not race it.
+	settled := func(key string, role bool, id uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			page, _, err := admin.Locks(ctx, "", 10_000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy := false
+			for _, e := range page {
+				busy = busy || e.Role == role && e.Name == key && (e.Holder == id || slices.Contains(e.Waiters, id))
+			}
+			if !busy {
+				return
+			}
+		}
+		t.Fatalf("session %d still queued for %q 10 s after ErrWithdrawPending", id, key)
+	}
+	names := []string{"n0", "n1", "n2", "", "bad\xff"}
+	const steps = 120
+	var runs [][]string
+	for _, op := range ops {
+		rnd := rand.New(rand.NewPCG(42, 42))
+		var out []string
+		var sess [3]*quorumlock.Session
+		idx := map[uint64]int{}
+		open := func(i int) {
+			s, err := op.o.NewSession(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sess[i] = s
+			idx[s.ID()] = i
+		}
+		for i := range sess {
+			open(i)
+		}
+		locks := map[[2]int]*quorumlock.Lock{} // (session, name) -> last lock
+		leads := map[[2]int]*quorumlock.Leadership{}
+		last := map[string]quorumlock.Token{}
+		grant := func(ni int, l *quorumlock.Lock, prev *quorumlock.Lock) string {
+			name := names[ni]
+			switch {
+			case prev != nil && l.Token() == prev.Token() && !closed(prev.Lost()):
+				return "same"
+			case l.Token() > last[name]:
+				last[name] = l.Token()
+				return "new"
+			default:
+				t.Errorf("%s: grant of %q with token %d not above %d", op.name, name, l.Token(), last[name])
+				return "old"
+			}
+		}
+		for step := range steps {
+			si, ni := rnd.IntN(3), rnd.IntN(len(names))
+			if rnd.IntN(10) < 8 {
+				ni %= 3 // mostly valid names
+			}
+			s, name := sess[si], names[ni]
+			full := op.name + "/" + name
+			if ni >= 3 {
+				full = name // "" must stay empty
+			}
+			key := [2]int{si, ni}
+			var line string
+			switch k := rnd.IntN(12); k {
+			case 0, 1:
+				l, err := s.TryAcquire(ctx, full)
+				line = "try " + aaClass(err)
+				if err == nil {
+					line += " " + grant(ni, l, locks[key])
+					locks[key] = l
+				}
+			case 2, 3:
+				short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				l, err := s.Acquire(short, full)
+				cancel()
+				if errors.Is(err, quorumlock.ErrWithdrawPending) {
+					settled(full, false, s.ID())
+					err = context.DeadlineExceeded
+				}
+				line = "acquire " + aaClass(err)
+				if err == nil {
+					line += " " + grant(ni, l, locks[key])
+					locks[key] = l
+				}
+			case 4, 5:
+				if l := locks[key]; l != nil {
+					line = "release " + aaClass(l.Release(ctx))
+				} else {
+					line = "release-none"
+				}
+			case 6:
+				v := []byte(fmt.Sprint("v", step))
+				if rnd.IntN(8) == 0 {
+					v = make([]byte, quorumlock.MaxValueBytes+1)
+				}
+				short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				ld, err := s.Elect(short, full, v)
+				cancel()
+				if errors.Is(err, quorumlock.ErrWithdrawPending) {
+					settled(full, true, s.ID())
+					err = context.DeadlineExceeded
+				}
+				line = "elect " + aaClass(err)
+				if err == nil {
+					if prev := leads[key]; prev == ld {
+						line += " same"
+					} else {
+						line += " new"
+					}
+					leads[key] = ld
+				}
+			case 7:
+				if ld := leads[key]; ld != nil {
+					line = "resign " + aaClass(ld.Resign(ctx))
+				} else {
+					line = "resign-none"
+				}
+			case 8:
+				if ld := leads[key]; ld != nil {
+					line = "proclaim " + aaClass(ld.Proclaim(ctx, []byte(fmt.Sprint("p", step))))
+				} else {
+					line = "proclaim-none"
+				}
+			case 9:
+				info, err := op.o.Holder(ctx, full)
+				line = "holder " + aaClass(err)
+				if err == nil {
+					h := -1
+					if info.Holder != 0 {
+						h = idx[info.Holder]
+						if l := locks[[2]int{h, ni}]; l == nil || l.Token() != info.Token {
+							t.Errorf("%s step %d: Holder %+v, but session %d's last lock of %q is %v", op.name, step, info, h, name, l)
+						}
+					}
+					var ws []int
+					for _, w := range info.Waiters {
+						ws = append(ws, idx[w])
+					}
+					line += fmt.Sprint(" ", h, ws)
+				}
+			case 10:
+				info, err := op.o.Leader(ctx, full)
+				line = "leader " + aaClass(err)
+				if err == nil {
+					line += fmt.Sprint(" ", idx[info.Session], " ", string(info.Value))
+				}
+			case 11:
+				if rnd.IntN(4) == 0 {
+					line = "close " + aaClass(s.Close(ctx))
+					open(si)
+					for k := range locks {
+						if k[0] == si {
+							delete(locks, k)
+						}
+					}
+					for k := range leads {
+						if k[0] == si {
+							delete(leads, k)
+						}
+					}
+				} else {
+					line = fmt.Sprint("locks ", len(s.Locks()))
+				}
+			}
+			out = append(out, fmt.Sprintf("%d s%d %q: %s", step, si, name, line))
+		}
+		for _, s := range sess {
+			s.Close(ctx)
+		}
+		runs = append(runs, out)
+	}
+	for i := 1; i < len(runs); i++ {
+		for j := range runs[0] {
+			if runs[i][j] != runs[0][j] {
+				t.Errorf("step %d: %s %s, %s %s", j, ops[0].name, runs[0][j], ops[i].name, runs[i][j])
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("%s's run:\n%s", ops[0].name, strings.Join(runs[0], "\n"))
 	}
 }
