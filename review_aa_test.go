@@ -679,3 +679,58 @@ func TestReviewAASameScriptSameOutcomes(t *testing.T) {
 		t.Logf("%s's run:\n%s", ops[0].name, strings.Join(runs[0], "\n"))
 	}
 }
+
+// Status().Leader is "0 if unknown": a replica cut off from the others
+// (the old leader, which steps down under CheckQuorum, and a follower)
+// stops naming a leader within a few election timeouts, instead of
+// naming the one it last heard of; after the heal every replica names the
+// same leader again, and Applied never passes Commit.
+func TestReviewAAStatusLeaderUnknownWhenCutOff(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 5})
+	lead := c.WaitLeader(5 * time.Second)
+	f := follower(c, lead)
+	c.Net.Partition([]uint64{lead}, []uint64{f}, otherIDs(c.IDs(), lead, f))
+	for _, id := range []uint64{lead, f} {
+		deadline := time.Now().Add(20 * c.ElectionTimeout())
+		for c.Node(id).Status().Leader != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d, cut off, still names leader %d after %v", id, c.Node(id).Status().Leader, 20*c.ElectionTimeout())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	c.Heal()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		agreed := true
+		var l uint64
+		for _, id := range c.IDs() {
+			st := c.Node(id).Status()
+			if st.Applied > st.Commit || st.ID != id {
+				t.Fatalf("status of %d: %+v", id, st)
+			}
+			if l == 0 {
+				l = st.Leader
+			}
+			agreed = agreed && st.Leader != 0 && st.Leader == l
+		}
+		if agreed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replicas do not agree on a leader 10 s after the heal")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// otherIDs returns ids without skip.
+func otherIDs(ids []uint64, skip ...uint64) []uint64 {
+	var out []uint64
+	for _, id := range ids {
+		if !slices.Contains(skip, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
