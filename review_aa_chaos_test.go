@@ -1,0 +1,191 @@
+package quorumlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
+)
+
+// Under faults (the leader crashed and restarted, a replica isolated and
+// healed, a leader closed gracefully) every error any call of the public
+// API returns, through replicas and through remote Clients, is one of the
+// package's sentinels or the ctx's error: never a raw gRPC status, a
+// transport error or raft's. A caller can only handle what errors.Is can
+// name. Tokens a session is granted for a name grow in the order it got
+// them.
+func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3})
+	c.WaitLeader(5 * time.Second)
+	var clients []*quorumlock.Client
+	for i := range 2 {
+		clients = append(clients, dial(t, addrsOf(c, c.IDs()...), quorumlock.WithDialer(c.Net.Dialer(uint64(100+i)))))
+	}
+	var mu sync.Mutex
+	others := map[string]int{}
+	seen := map[string]int{}
+	record := func(what string, err error) {
+		class := aaClass(err)
+		mu.Lock()
+		defer mu.Unlock()
+		seen[what+" "+strings.SplitN(class, ":", 2)[0]]++
+		if strings.HasPrefix(class, "other") {
+			others[what+": "+err.Error()]++
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(w), 7))
+			var s *quorumlock.Session
+			var locks []*quorumlock.Lock
+			var leads []*quorumlock.Leadership
+			last := map[string]quorumlock.Token{}
+			// granted checks a lock just returned: the same grant as
+			// before, or a new one with a larger token.
+			granted := func(l *quorumlock.Lock) {
+				if l.Token() < last[l.Name()] {
+					t.Errorf("worker %d: a grant of %s with token %d after %d", w, l.Name(), l.Token(), last[l.Name()])
+				}
+				last[l.Name()] = max(last[l.Name()], l.Token())
+				locks = append(locks, l)
+			}
+			for {
+				select {
+				case <-stop:
+					if s != nil {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+						s.Close(ctx)
+						cancel()
+					}
+					return
+				default:
+				}
+				var o opener
+				if w < 4 {
+					o = clients[w%2]
+				} else {
+					run := c.Running()
+					if len(run) == 0 {
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+					n := c.Node(run[rnd.IntN(len(run))])
+					if n == nil {
+						continue
+					}
+					o = n
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+rnd.IntN(400))*time.Millisecond)
+				name := fmt.Sprint("c", rnd.IntN(3))
+				if s == nil || closed(s.Done()) {
+					if s != nil {
+						record("Session.Err", s.Err())
+					}
+					var err error
+					s, err = o.NewSession(ctx)
+					record("NewSession", err)
+					locks, leads, last = nil, nil, map[string]quorumlock.Token{}
+					cancel()
+					continue
+				}
+				switch rnd.IntN(9) {
+				case 0, 1:
+					l, err := s.Acquire(ctx, name)
+					record("Acquire", err)
+					if err == nil {
+						granted(l)
+					}
+				case 2:
+					l, err := s.TryAcquire(ctx, name)
+					record("TryAcquire", err)
+					if err == nil {
+						granted(l)
+					}
+				case 3, 4:
+					if len(locks) > 0 {
+						i := rnd.IntN(len(locks))
+						l := locks[i]
+						wasLost := closed(l.Lost())
+						err := l.Release(ctx)
+						record("Release", err)
+						if errors.Is(err, quorumlock.ErrNotHeld) && !wasLost {
+							// Nothing else of this session's touched
+							// the grant: its Lost was open, so the
+							// session believed it held the lock.
+							t.Errorf("worker %d: Release of %s (token %d), Lost open before it: ErrNotHeld", w, l.Name(), l.Token())
+						}
+						locks = slices.Delete(locks, i, i+1)
+					}
+				case 5:
+					_, err := o.Holder(ctx, name)
+					record("Holder", err)
+				case 6:
+					ld, err := s.Elect(ctx, "r"+name, []byte("v"))
+					record("Elect", err)
+					if err == nil {
+						leads = append(leads, ld)
+					}
+				case 7:
+					if len(leads) > 0 {
+						i := rnd.IntN(len(leads))
+						if rnd.IntN(2) == 0 {
+							record("Proclaim", leads[i].Proclaim(ctx, []byte("p")))
+						} else {
+							record("Resign", leads[i].Resign(ctx))
+							leads = slices.Delete(leads, i, i+1)
+						}
+					}
+				case 8:
+					_, err := o.Leader(ctx, "r"+name)
+					if !errors.Is(err, quorumlock.ErrNoLeader) {
+						record("Leader", err)
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+	rnd := rand.New(rand.NewPCG(99, 99))
+	for round := range 6 {
+		time.Sleep(400 * time.Millisecond)
+		lead := c.WaitLeader(10 * time.Second)
+		switch round % 3 {
+		case 0:
+			c.Stop(lead)
+			time.Sleep(time.Duration(100+rnd.IntN(300)) * time.Millisecond)
+			c.Restart(lead)
+		case 1:
+			c.Isolate(lead)
+			time.Sleep(time.Duration(100+rnd.IntN(500)) * time.Millisecond)
+			c.Heal()
+		case 2:
+			c.Close(lead)
+			c.Restart(lead)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	var keys []string
+	for k, n := range seen {
+		keys = append(keys, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(keys)
+	t.Logf("outcomes: %s", strings.Join(keys, " "))
+	for e, n := range others {
+		t.Errorf("a non-sentinel error (%d times): %s", n, e)
+	}
+}
