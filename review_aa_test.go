@@ -734,3 +734,71 @@ func otherIDs(ids []uint64, skip ...uint64) []uint64 {
 	}
 	return out
 }
+
+// A leaderless window shorter than the TTL (every replica cut off from the
+// others) costs remote sessions, leaderships and waiters nothing, as
+// TestLeaderlessWindowKeepsSessions checks for replica sessions' locks:
+// a Client's lock, a Client.Elect and a Node.Elect leadership keep their
+// Done/Lost open and their tokens and epochs; a queued waiter keeps its
+// place and is granted with a larger token when the holder releases; an
+// Observe stream reports no change of leader.
+func TestReviewAALeaderlessWindowKeepsRemoteSessionsAndRoles(t *testing.T) {
+	const ttl = 4 * time.Second
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: ttl})
+	lead := c.WaitLeader(5 * time.Second)
+	f := follower(c, lead)
+	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithDialer(c.Net.Dialer(100)), quorumlock.WithSessionTTL(ttl), quorumlock.WithElectionTimeout(c.ElectionTimeout()))
+	ctx := testCtx(t, 60*time.Second)
+	hs := newSession(t, cl)
+	held := mustAcquire(t, hs, "aa/window")
+	ws := newSession(t, c.Node(f))
+	wait := acquireQueued(t, ctx, ws, cl, "aa/window")
+	remoteLd, err := cl.Elect(ctx, "aa/window/remote", []byte("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeLd, err := c.Node(f).Elect(ctx, "aa/window/node", []byte("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := cl.Observe(ctx, "aa/window/remote")
+	if ev := nextEvent(t, events); ev.Epoch != remoteLd.Epoch() {
+		t.Fatalf("first event %+v, want epoch %d", ev, remoteLd.Epoch())
+	}
+
+	c.Net.Partition([]uint64{1}, []uint64{2}, []uint64{3})
+	time.Sleep(ttl / 4)
+	c.Heal()
+	c.WaitLeader(5 * time.Second)
+	time.Sleep(ttl + ttl/4) // heartbeats must have resumed
+
+	for what, ch := range map[string]<-chan struct{}{
+		"remote session": hs.Done(), "remote lock": held.Lost(), "waiter session": ws.Done(),
+		"Client.Elect": remoteLd.Done(), "Node.Elect": nodeLd.Done(),
+	} {
+		if closed(ch) {
+			t.Errorf("%s ended across a short leaderless window", what)
+		}
+	}
+	if info := holder(t, cl, "aa/window"); info.Holder != hs.ID() || info.Token != held.Token() || !slices.Equal(info.Waiters, []uint64{ws.ID()}) {
+		t.Errorf("lock after the window: %+v, want holder %d token %d waiter %d", info, hs.ID(), held.Token(), ws.ID())
+	}
+	for role, ld := range map[string]*quorumlock.Leadership{"aa/window/remote": remoteLd, "aa/window/node": nodeLd} {
+		if info, err := c.Node(f).Leader(ctx, role); err != nil || info.Epoch != ld.Epoch() || info.Session != ld.Session().ID() {
+			t.Errorf("%s after the window: %+v %v, want epoch %d", role, info, err, ld.Epoch())
+		}
+	}
+	select {
+	case ev := <-events:
+		if ev.Epoch != remoteLd.Epoch() || !ev.HasLeader() {
+			t.Errorf("Observe reported a change across the window: %+v", ev)
+		}
+	default:
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-wait; r.err != nil || r.l.Token() <= held.Token() {
+		t.Fatalf("waiter after the window: %v", r.err)
+	}
+}
