@@ -802,3 +802,61 @@ func TestReviewAALeaderlessWindowKeepsRemoteSessionsAndRoles(t *testing.T) {
 		t.Fatalf("waiter after the window: %v", r.err)
 	}
 }
+
+// Reads are linearizable on every replica and through the Client: right
+// after a call returns (Acquire, Release, Elect, Proclaim, Resign through
+// one opener, and Session.Close), a Holder or Leader through every other opener already
+// shows its effect, never the state before it.
+func TestReviewAAReadsSeeEveryAcknowledgedWrite(t *testing.T) {
+	nodes, ops := aaOpeners(t)
+	ctx := testCtx(t, 120*time.Second)
+	readers := []opener{nodes[0], nodes[1], nodes[2], ops[2].o}
+	for i := range 30 {
+		w := ops[i%3]
+		s := specSession(ctx, t, w.o)
+		name := fmt.Sprint("aa/rw/", i)
+		l := mustAcquire(t, s, name)
+		for _, r := range readers {
+			if info := holder(t, r, name); info.Holder != s.ID() || info.Token != l.Token() {
+				t.Fatalf("step %d: after Acquire through %s, Holder through %s = %+v, want %d/%d", i, w.name, where(r), info, s.ID(), l.Token())
+			}
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range readers {
+			if info := holder(t, r, name); info.Holder != 0 {
+				t.Fatalf("step %d: after Release through %s, Holder through %s = %+v, want free", i, w.name, where(r), info)
+			}
+		}
+		ld, err := s.Elect(ctx, name, []byte("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ld.Proclaim(ctx, []byte("b")); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range readers {
+			if info, err := r.Leader(ctx, name); err != nil || info.Epoch != ld.Epoch() || string(info.Value) != "b" {
+				t.Fatalf("step %d: after Proclaim through %s, Leader through %s = %+v %v, want epoch %d value b", i, w.name, where(r), info, err, ld.Epoch())
+			}
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range readers {
+			if info, err := r.Leader(ctx, name); !errors.Is(err, quorumlock.ErrNoLeader) {
+				t.Fatalf("step %d: after Resign through %s, Leader through %s = %+v %v, want ErrNoLeader", i, w.name, where(r), info, err)
+			}
+		}
+		mustAcquire(t, s, name)
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range readers {
+			if info := holder(t, r, name); info.Holder != 0 {
+				t.Fatalf("step %d: after Session.Close through %s, Holder through %s = %+v, want free", i, w.name, where(r), info)
+			}
+		}
+	}
+}
