@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,5 +250,77 @@ func TestReviewAAOddNumbers(t *testing.T) {
 		if r.Err != nil || r.Addr != specAddrs(nodes)[i] || r.ID != nodes[i].ID() || r.Leader != lead.ID() {
 			t.Errorf("client status %d: %+v", i, r)
 		}
+	}
+}
+
+// MaxNameBytes at MaxNameBytesLimit (64 KiB): names and roles of exactly
+// that many bytes (multi-byte runes) work through a follower and a
+// Client, with a MaxValueBytes value, are listed (a page of Locks stays
+// within its byte budget), survive snapshots and a restart of every
+// replica on both log backends, and one byte more is ErrInvalidName.
+func TestReviewAALongestNames(t *testing.T) {
+	for _, be := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
+		t.Run(string(be), func(t *testing.T) {
+			c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {
+				cfg.MaxNameBytes = quorumlock.MaxNameBytesLimit
+				cfg.SnapshotEntries = 4
+				cfg.LogBackend = be
+			}})
+			lead := c.WaitLeader(5 * time.Second)
+			cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(time.Minute))
+			ctx := testCtx(t, 60*time.Second)
+			long := func(r string, pad byte) string {
+				n := quorumlock.MaxNameBytesLimit / len(r)
+				return strings.Repeat(r, n) + strings.Repeat(string(pad), quorumlock.MaxNameBytesLimit-n*len(r))
+			}
+			s1 := newSession(t, c.Node(follower(c, lead)), quorumlock.WithTTL(time.Minute))
+			s2 := newSession(t, cl)
+			var locks []*quorumlock.Lock
+			for i, s := range []*quorumlock.Session{s1, s2, s1, s2} {
+				name := long([]string{"é", "𝄞", "a", "€"}[i], byte('a'+i))
+				l, err := s.Acquire(ctx, name)
+				if err != nil {
+					t.Fatalf("Acquire of a %d-byte name: %v", len(name), err)
+				}
+				locks = append(locks, l)
+			}
+			if _, err := s1.Acquire(ctx, long("é", 'z')+"x"); !errors.Is(err, quorumlock.ErrInvalidName) {
+				t.Errorf("a name of MaxNameBytesLimit+1 bytes: %v", err)
+			}
+			role := long("ü", 'r')
+			ld, err := s2.Elect(ctx, role, make([]byte, quorumlock.MaxValueBytes))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var listed int
+			for after, more := "", true; more; {
+				var page []quorumlock.LockEntry
+				page, more, err = cl.Locks(ctx, after, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range page {
+					listed++
+					after = e.Cursor
+				}
+			}
+			if listed != len(locks)+1 {
+				t.Errorf("listed %d entries, want %d", listed, len(locks)+1)
+			}
+			c.StopAll()
+			for _, id := range c.IDs() {
+				c.Restart(id)
+			}
+			lead = c.WaitLeader(10 * time.Second)
+			for _, l := range locks {
+				info := holder(t, c.Node(lead), l.Name())
+				if info.Token != l.Token() || info.Name != l.Name() {
+					t.Errorf("after restart: %d-byte name holder %d token %d, want token %d", len(l.Name()), info.Holder, info.Token, l.Token())
+				}
+			}
+			if info, err := c.Node(lead).Leader(ctx, role); err != nil || info.Epoch != ld.Epoch() || len(info.Value) != quorumlock.MaxValueBytes {
+				t.Errorf("role after restart: epoch %d value %d bytes, %v", info.Epoch, len(info.Value), err)
+			}
+		})
 	}
 }
