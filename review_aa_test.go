@@ -860,3 +860,78 @@ func TestReviewAAReadsSeeEveryAcknowledgedWrite(t *testing.T) {
 		}
 	}
 }
+
+// Waiting calls survive a restart of every replica (from snapshots: the
+// queue is in them): a remote waiter's Acquire and a remote candidate's
+// Elect, blocked while the whole cluster was down, are granted when the
+// holders release afterwards, with a larger token and epoch, in FIFO
+// order behind a replica session's waiter queued before them.
+func TestReviewAAWaitersSurviveWholeClusterRestart(t *testing.T) {
+	for _, be := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
+		t.Run(string(be), func(t *testing.T) {
+			const ttl = 10 * time.Second
+			c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: ttl, Configure: func(cfg *quorumlock.Config) {
+				cfg.SnapshotEntries = 4
+				cfg.LogBackend = be
+			}})
+			c.WaitLeader(5 * time.Second)
+			cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(ttl), quorumlock.WithElectionTimeout(c.ElectionTimeout()))
+			ctx := testCtx(t, 60*time.Second)
+			h := newSession(t, cl)
+			first := newSession(t, cl)
+			w := newSession(t, cl)
+			hl := mustAcquire(t, h, "aa/restart")
+			hd, err := h.Elect(ctx, "aa/restart", []byte("h"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			firstWait := acquireQueued(t, ctx, first, cl, "aa/restart")
+			wait := acquireQueued(t, ctx, w, cl, "aa/restart")
+			elected := make(chan *quorumlock.Leadership, 1)
+			go func() {
+				ld, err := w.Elect(ctx, "aa/restart", []byte("w"))
+				if err != nil {
+					t.Errorf("Elect across the restart: %v", err)
+				}
+				elected <- ld
+			}()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				page, _, err := cl.Locks(ctx, "", 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.ContainsFunc(page, func(e quorumlock.LockEntry) bool { return e.Role && slices.Contains(e.Waiters, w.ID()) }) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("candidate never queued")
+				}
+			}
+			c.StopAll()
+			time.Sleep(c.ElectionTimeout())
+			for _, id := range c.IDs() {
+				c.Restart(id)
+			}
+			c.WaitLeader(10 * time.Second)
+			if err := hl.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-firstWait
+			if r.err != nil || r.l.Token() <= hl.Token() {
+				t.Fatalf("first waiter after the restart: %v", r.err)
+			}
+			if err := r.l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if r := <-wait; r.err != nil || r.l.Token() <= hl.Token() {
+				t.Fatalf("second waiter after the restart: %v", r.err)
+			}
+			if err := hd.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ld := <-elected; ld == nil || ld.Epoch() <= hd.Epoch() {
+				t.Fatalf("candidate after the restart: %v", ld)
+			}
+		})
+	}
+}
