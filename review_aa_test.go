@@ -935,3 +935,43 @@ func TestReviewAAWaitersSurviveWholeClusterRestart(t *testing.T) {
 		})
 	}
 }
+
+// Heartbeats are not log entries (DESIGN.md): sessions on a follower and
+// on a Client, with locks and a leadership, heartbeating for several
+// TTLs leave every replica's commit index where it was; only session
+// opens, acquires, releases and expiries are logged.
+func TestReviewAAHeartbeatsAreNotLogged(t *testing.T) {
+	nodes, ops := aaOpeners(t)
+	ctx := testCtx(t, 30*time.Second)
+	for _, op := range ops {
+		for i := range 5 {
+			s := specSession(ctx, t, op.o, quorumlock.WithTTL(quorumlock.MinSessionTTL))
+			mustAcquire(t, s, fmt.Sprint("aa/hb/", op.name, i))
+			if i == 0 {
+				if _, err := s.Elect(ctx, "aa/hb/"+op.name, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	lead := nodes[specLeader(t, nodes)]
+	// Let the last entries reach every replica.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c := lead.Status().Commit
+		if nodes[0].Status().Applied == c && nodes[1].Status().Applied == c && nodes[2].Status().Applied == c {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replicas did not catch up")
+		}
+	}
+	before := lead.Status()
+	time.Sleep(3 * quorumlock.MinSessionTTL) // about nine heartbeats per session
+	after := lead.Status()
+	if after.Term != before.Term {
+		t.Skipf("a leader change (term %d to %d) logged an entry", before.Term, after.Term)
+	}
+	if after.Commit != before.Commit {
+		t.Errorf("the commit index moved from %d to %d while 15 sessions only heartbeated", before.Commit, after.Commit)
+	}
+}
