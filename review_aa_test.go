@@ -975,3 +975,51 @@ func TestReviewAAHeartbeatsAreNotLogged(t *testing.T) {
 		t.Errorf("the commit index moved from %d to %d while 15 sessions only heartbeated", before.Commit, after.Commit)
 	}
 }
+
+// Expiries are batched: sessions whose TTL runs out together are ended by
+// one Expire entry. After a leader crash the new leader gives every
+// session the same fresh TTL; the 20 sessions of a replica that crashed
+// too then expire in a single entry, releasing their locks to waiters.
+func TestReviewAAExpiriesAreBatched(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 5, SessionTTL: 2 * time.Second})
+	lead := c.WaitLeader(5 * time.Second)
+	f := follower(c, lead)
+	var ids []uint64
+	for i := range 20 {
+		s := newSession(t, c.Node(f))
+		mustAcquire(t, s, fmt.Sprint("aa/batch/", i))
+		ids = append(ids, s.ID())
+	}
+	c.Stop(f)
+	c.Stop(lead)
+	nl := c.WaitLeader(10 * time.Second)
+	n := c.Node(nl)
+	// The new leader's own entry of its term is applied when it is ready.
+	for deadline := time.Now().Add(5 * time.Second); n.Status().Applied < n.Status().Commit; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("new leader did not apply its log")
+		}
+	}
+	before := n.Status()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		free := 0
+		for i := range ids {
+			if info := holder(t, n, fmt.Sprint("aa/batch/", i)); info.Holder == 0 {
+				free++
+			}
+		}
+		if free == len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d locks freed 15 s after the crash", free, len(ids))
+		}
+	}
+	after := n.Status()
+	if after.Term != before.Term {
+		t.Skipf("another leader change (term %d to %d)", before.Term, after.Term)
+	}
+	if d := after.Commit - before.Commit; d != 1 {
+		t.Errorf("%d entries logged to expire 20 sessions with one deadline, want 1", d)
+	}
+}
