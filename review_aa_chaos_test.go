@@ -17,7 +17,8 @@ import (
 )
 
 // Under faults (the leader crashed and restarted, a replica isolated and
-// healed, a leader closed gracefully) every error any call of the public
+// healed, a leader closed gracefully, a client cut off past its sessions'
+// TTL) every error any call of the public
 // API returns, through replicas and through remote Clients, is one of the
 // package's sentinels or the ctx's error: never a raw gRPC status, a
 // transport error or raft's. A caller can only handle what errors.Is can
@@ -176,7 +177,16 @@ func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
 			c.Restart(lead)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Cut the first client off from every replica for longer than the
+	// TTL: its sessions end (lease run out, then expired on the cluster)
+	// and its calls, NewSession included, fail meanwhile.
+	for _, id := range c.IDs() {
+		c.Net.Cut(100, id)
+		c.Net.Cut(id, 100)
+	}
+	time.Sleep(5 * time.Second)
+	c.Heal()
+	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
 	var keys []string
