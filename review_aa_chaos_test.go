@@ -23,7 +23,9 @@ import (
 // package's sentinels or the ctx's error: never a raw gRPC status, a
 // transport error or raft's. A caller can only handle what errors.Is can
 // name. Tokens a session is granted for a name grow in the order it got
-// them.
+// them; a Release with Lost open is never ErrNotHeld; a Holder read after
+// a grant never shows an older token, and shows another session's later
+// grant only once this session's Lost has closed.
 func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	c.WaitLeader(5 * time.Second)
@@ -131,8 +133,29 @@ func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
 						locks = slices.Delete(locks, i, i+1)
 					}
 				case 5:
-					_, err := o.Holder(ctx, name)
+					info, err := o.Holder(ctx, name)
 					record("Holder", err)
+					if err != nil {
+						break
+					}
+					// Linearizable, and a grant is lost before another
+					// session's: a lock this session was granted
+					// with token T reads as T (held by it), or as a
+					// later grant, and then, if another session's,
+					// this one's Lost has already closed.
+					for _, l := range locks {
+						if l.Name() != name {
+							continue
+						}
+						switch {
+						case info.Token < l.Token() && info.Holder != 0:
+							t.Errorf("worker %d: Holder(%s) read token %d after the session was granted %d", w, name, info.Token, l.Token())
+						case info.Token == l.Token() && info.Holder != s.ID():
+							t.Errorf("worker %d: Holder(%s) = %+v, but token %d is session %d's", w, name, info, l.Token(), s.ID())
+						case info.Token > l.Token() && info.Holder != s.ID() && !closed(l.Lost()):
+							t.Errorf("worker %d: %s granted to session %d (token %d) while this session's grant %d has Lost open", w, name, info.Holder, info.Token, l.Token())
+						}
+					}
 				case 6:
 					ld, err := s.Elect(ctx, "r"+name, []byte("v"))
 					record("Elect", err)
