@@ -26,6 +26,7 @@ import (
 // them; a Release with Lost open is never ErrNotHeld; a Holder read after
 // a grant never shows an older token, and shows another session's later
 // grant only once this session's Lost has closed.
+// Leader shows a leadership whose Done is open as this session's.
 func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	c.WaitLeader(5 * time.Second)
@@ -173,9 +174,23 @@ func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
 						}
 					}
 				case 8:
-					_, err := o.Leader(ctx, "r"+name)
-					if !errors.Is(err, quorumlock.ErrNoLeader) {
+					info, err := o.Leader(ctx, "r"+name)
+					noLeader := errors.Is(err, quorumlock.ErrNoLeader)
+					if !noLeader {
 						record("Leader", err)
+					}
+					if err != nil && !noLeader {
+						break
+					}
+					// As for Holder: a leadership this session holds
+					// (Done open) is what the read shows.
+					for _, ld := range leads {
+						if ld.Role() != "r"+name || closed(ld.Done()) {
+							continue
+						}
+						if noLeader || info.Epoch != ld.Epoch() || info.Session != s.ID() {
+							t.Errorf("worker %d: Leader(r%s) = %+v, %v while this session leads it at epoch %d (Done open)", w, name, info, err, ld.Epoch())
+						}
 					}
 				}
 				cancel()
