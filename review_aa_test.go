@@ -994,7 +994,10 @@ func TestReviewAAExpiriesAreBatched(t *testing.T) {
 	c.Stop(lead)
 	nl := c.WaitLeader(10 * time.Second)
 	n := c.Node(nl)
-	// The new leader's own entry of its term is applied when it is ready.
+	// The new leader's own entry of its term must be committed before
+	// the count starts: a linearizable read waits for it (raft serves
+	// ReadIndex only once the leader committed an entry of its term).
+	holder(t, n, "aa/batch/0")
 	for deadline := time.Now().Add(5 * time.Second); n.Status().Applied < n.Status().Commit; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("new leader did not apply its log")
