@@ -121,6 +121,22 @@ func follower(c *testcluster.Cluster, leader uint64, skip ...uint64) uint64 {
 	return 0
 }
 
+// observeEnds reads ch, an Observe stream, until it closes, and reports
+// whether it closed within d.
+func observeEnds(ch <-chan quorumlock.LeaderInfo, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
+
 func closed(c <-chan struct{}) bool {
 	select {
 	case <-c:

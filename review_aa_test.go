@@ -297,12 +297,7 @@ func TestReviewAALeadershipsOfAClosedOpener(t *testing.T) {
 				t.Errorf("%s %s: Proclaim and Resign after close took %v", what, name, d)
 			}
 		}
-		select {
-		case _, open := <-obs:
-			for open {
-				_, open = <-obs
-			}
-		case <-time.After(5 * time.Second):
+		if !observeEnds(obs, 5*time.Second) {
 			t.Errorf("%s: Observe channel open 5s after close", what)
 		}
 	}

@@ -614,12 +614,7 @@ func TestReviewJCloseEverythingInFlight(t *testing.T) {
 		}
 	}
 	for i, ch := range observers {
-		select {
-		case _, ok := <-ch:
-			for ok {
-				_, ok = <-ch
-			}
-		case <-time.After(5 * time.Second):
+		if !observeEnds(ch, 5*time.Second) {
 			t.Errorf("Observe stream %d still open after close", i)
 		}
 	}

@@ -573,12 +573,7 @@ func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
 	if !errors.Is(s.Err(), quorumlock.ErrClosed) {
 		t.Errorf("Session.Err: %v", s.Err())
 	}
-	select {
-	case _, ok := <-obs:
-		for ok {
-			_, ok = <-obs
-		}
-	case <-time.After(10 * time.Second):
+	if !observeEnds(obs, 10*time.Second) {
 		t.Fatal("Observe not closed by Close")
 	}
 	if err := cl.Close(); err != nil {
