@@ -63,3 +63,49 @@ func TestReviewACOldTermUnmarkKeepsNewMarks(t *testing.T) {
 		t.Fatal("the new term's Expire did not end the session")
 	}
 }
+
+// TestReviewACHeartbeatNotRenewedIsNotAlive checks invariant 4 for a
+// heartbeat that arrived while its session's expiry was proposed (so it
+// renewed nothing) and whose confirmation ends after raft refused that
+// Expire (the session is unmarked, still live): it must not be answered
+// "alive", since the leader's timer still counts from the session's
+// earlier heartbeat and expires it at the next scan.
+func TestReviewACHeartbeatNotRenewedIsNotAlive(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Second)
+	term := h.svc.term
+	h.clk.Advance(2 * time.Second)
+	h.setHold(true)
+	h.svc.expireDue() // marks id expiring; its Expire is held
+	gate := make(chan struct{})
+	h.raf.mu.Lock()
+	h.raf.readGate = gate
+	reads := h.raf.reads
+	h.raf.mu.Unlock()
+	type answer struct{ alive, gone bool }
+	got := make(chan answer, 1)
+	go func() {
+		alive, gone, _ := h.heartbeat(id)
+		got <- answer{alive, gone}
+	}()
+	waitFor(t, "the heartbeat's confirmation", func() bool {
+		h.raf.mu.Lock()
+		defer h.raf.mu.Unlock()
+		return h.raf.reads == reads+1
+	})
+	// Raft refuses the Expire: it is not in the log.
+	h.raf.mu.Lock()
+	h.raf.pending = nil
+	h.raf.mu.Unlock()
+	h.svc.unmarkExpiring(term, []uint64{id})
+	close(gate)
+	a := <-got
+	if a.alive {
+		t.Fatal("a heartbeat that renewed nothing was answered alive")
+	}
+	h.setHold(false)
+	h.svc.expireDue()
+	if h.live(id) {
+		t.Fatal("the next scan did not expire the session (the test's premise)")
+	}
+}
