@@ -1,0 +1,78 @@
+package quorumlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+	"github.com/quorumlock/quorumlock/internal/testcluster"
+)
+
+// TestReviewADElectionCallsReturnWithinContextWithoutQuorum (invariant 12):
+// the election calls that TestCallsReturnWithinContextWithoutQuorum does
+// not exercise (Proclaim, Resign, Leader, Elect, and Observe's channel)
+// return within their context on a replica cut off from the majority.
+// Mutations it catches (review AD): Proclaim, or Resign's release, sent
+// under context.Background() instead of the caller's ctx.
+func TestReviewADElectionCallsReturnWithinContextWithoutQuorum(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 4 * time.Second})
+	lead := c.WaitLeader(5 * time.Second)
+	x := follower(c, lead)
+	n := c.Node(x)
+	s := newSession(t, n)
+	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ecancel()
+	lp, err := s.Elect(ectx, "proclaimer", []byte("v1"))
+	if err != nil {
+		t.Fatalf("Elect: %v", err)
+	}
+	lr, err := s.Elect(ectx, "resigner", nil)
+	if err != nil {
+		t.Fatalf("Elect: %v", err)
+	}
+	s2 := newSession(t, n)
+	for _, id := range c.IDs() {
+		if id != x {
+			c.Stop(id)
+		}
+	}
+	const budget = 300 * time.Millisecond
+	const slack = 500 * time.Millisecond
+	check := func(what string, call func(ctx context.Context) error, want ...error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		start := time.Now()
+		// Apart, so that a call ignoring its ctx fails the test instead of
+		// hanging it.
+		errc := make(chan error, 1)
+		go func() { errc <- call(ctx) }()
+		var err error
+		select {
+		case err = <-errc:
+		case <-time.After(budget + slack + 5*time.Second):
+			t.Errorf("%s still running %v after its %v context ended", what, time.Since(start), budget)
+			return
+		}
+		if took := time.Since(start); took > budget+slack {
+			t.Errorf("%s took %v with a %v context", what, took, budget)
+		}
+		for _, w := range want {
+			if errors.Is(err, w) {
+				return
+			}
+		}
+		t.Errorf("%s: %v, want one of %v", what, err, want)
+	}
+	check("Proclaim", func(ctx context.Context) error { return lp.Proclaim(ctx, []byte("v2")) }, quorumlock.ErrUnknownOutcome)
+	check("Leader", func(ctx context.Context) error { _, err := n.Leader(ctx, "proclaimer"); return err }, context.DeadlineExceeded)
+	check("Elect", func(ctx context.Context) error { _, err := s2.Elect(ctx, "proclaimer", nil); return err }, context.DeadlineExceeded)
+	check("Observe", func(ctx context.Context) error {
+		for range n.Observe(ctx, "proclaimer") {
+		}
+		return ctx.Err()
+	}, context.DeadlineExceeded)
+	check("Resign", func(ctx context.Context) error { return lr.Resign(ctx) }, quorumlock.ErrUnknownOutcome)
+}
