@@ -156,29 +156,7 @@ func TestCallsReturnWithinContextWithoutQuorum(t *testing.T) {
 	const slack = 500 * time.Millisecond
 	check := func(what string, call func(ctx context.Context) error, want ...error) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), budget)
-		defer cancel()
-		start := time.Now()
-		// The call runs apart so that one ignoring its ctx fails the test
-		// instead of hanging it.
-		errc := make(chan error, 1)
-		go func() { errc <- call(ctx) }()
-		var err error
-		select {
-		case err = <-errc:
-		case <-time.After(budget + slack + 5*time.Second):
-			t.Errorf("%s still running %v after its %v context ended", what, time.Since(start), budget)
-			return
-		}
-		if took := time.Since(start); took > budget+slack {
-			t.Errorf("%s took %v with a %v context", what, took, budget)
-		}
-		for _, w := range want {
-			if errors.Is(err, w) {
-				return
-			}
-		}
-		t.Errorf("%s: %v, want one of %v", what, err, want)
+		checkWithinCtx(t, what, budget, slack, call, want...)
 	}
 	check("Holder", func(ctx context.Context) error { _, err := n.Holder(ctx, "held"); return err }, context.DeadlineExceeded)
 	check("NewSession", func(ctx context.Context) error { _, err := n.NewSession(ctx); return err }, context.DeadlineExceeded)

@@ -121,6 +121,35 @@ func follower(c *testcluster.Cluster, leader uint64, skip ...uint64) uint64 {
 	return 0
 }
 
+// checkWithinCtx runs call with a context of budget and fails t unless
+// it returns within budget+slack with an error matching one of want. The
+// call runs apart so that one ignoring its ctx fails the test instead of
+// hanging it.
+func checkWithinCtx(t *testing.T, what string, budget, slack time.Duration, call func(ctx context.Context) error, want ...error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- call(ctx) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(budget + slack + 5*time.Second):
+		t.Errorf("%s still running %v after its %v context ended", what, time.Since(start), budget)
+		return
+	}
+	if took := time.Since(start); took > budget+slack {
+		t.Errorf("%s took %v with a %v context", what, took, budget)
+	}
+	for _, w := range want {
+		if errors.Is(err, w) {
+			return
+		}
+	}
+	t.Errorf("%s: %v, want one of %v", what, err, want)
+}
+
 // observeEnds reads ch, an Observe stream, until it closes, and reports
 // whether it closed within d.
 func observeEnds(ch <-chan quorumlock.LeaderInfo, d time.Duration) bool {
