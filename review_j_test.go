@@ -1244,7 +1244,7 @@ func TestReviewJEndedContext(t *testing.T) {
 			if info := holder(t, op.o, "j0"); info.Holder != 0 || !closed(l.Lost()) || len(s.Locks()) != 0 {
 				t.Fatalf("after settling the release: %+v, Lost closed %v, Locks %v", info, closed(l.Lost()), s.Locks())
 			}
-			if ch := op.o.Observe(gone, "r"); !reviewJClosesSoon(ch) {
+			if ch := op.o.Observe(gone, "r"); !observeEnds(ch, 5*time.Second) {
 				t.Fatal("Observe with an ended ctx stayed open")
 			}
 			// Close with an ended ctx: the session (TTL 1 min) frees its
@@ -1270,22 +1270,6 @@ func TestReviewJEndedContext(t *testing.T) {
 				t.Fatalf("second Close: %v", err)
 			}
 		})
-	}
-}
-
-// reviewJClosesSoon reports whether ch closes (after any events) within
-// 5 s.
-func reviewJClosesSoon(ch <-chan quorumlock.LeaderInfo) bool {
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				return true
-			}
-		case <-timeout:
-			return false
-		}
 	}
 }
 

@@ -3,8 +3,6 @@ package walstore
 import (
 	"errors"
 	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 
@@ -85,26 +83,7 @@ func TestWALFsyncFailure(t *testing.T) {
 // breakFsync points the process's file descriptor of path at /dev/null.
 func breakFsync(t *testing.T, path string) {
 	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	target := -1
-	for _, de := range fds {
-		link, err := os.Readlink(filepath.Join("/proc/self/fd", de.Name()))
-		if err != nil || link != path {
-			continue
-		}
-		if target >= 0 {
-			t.Fatalf("%s is open more than once", path)
-		}
-		if target, err = strconv.Atoi(de.Name()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if target < 0 {
-		t.Fatalf("%s is not open", path)
-	}
+	target := openFD(t, path)
 	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
