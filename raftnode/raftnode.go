@@ -764,7 +764,11 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// LinearizableRead combines ReadIndex and WaitApplied.
+// LinearizableRead is ReadIndex followed by WaitApplied of its index: it
+// returns nil once this node's state machine reflects every write
+// acknowledged before the call (raft thesis §6.4), on a follower too. It
+// blocks until then, ctx ends (ctx's error), or the node stops
+// (ErrStopped).
 func (n *Node) LinearizableRead(ctx context.Context) error {
 	idx, err := n.ReadIndex(ctx)
 	if err != nil {

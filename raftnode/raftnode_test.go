@@ -401,8 +401,8 @@ func TestReadIndexCutOff(t *testing.T) {
 
 // TestReadIndexOnFollower: a follower's ReadIndex goes through the leader:
 // it returns at least the leader's commit index at the call even though
-// the follower has not received those entries, and WaitApplied completes
-// once they arrive.
+// the follower has not received those entries, and WaitApplied (and so
+// LinearizableRead) completes only once they arrive.
 func TestReadIndexOnFollower(t *testing.T) {
 	c := newCluster(t, 3)
 	lead := c.waitLeader()
@@ -443,6 +443,14 @@ func TestReadIndexOnFollower(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitApplied(%d) while the entries are held = %v, want the context's deadline error", idx, err)
 	}
+	// LinearizableRead is the two together: it too waits for the held
+	// entries, not only for the leader's confirmation.
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = c.nodes[f].LinearizableRead(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("LinearizableRead while the entries are held = %v, want the context's deadline error", err)
+	}
 
 	mu.Lock()
 	holding = false
@@ -456,6 +464,9 @@ func TestReadIndexOnFollower(t *testing.T) {
 	}
 	if got := c.sms[f].data(); !slices.Equal(got, []string{"r0", "r1", "r2", "r3", "r4"}) {
 		t.Fatalf("follower applied %v", got)
+	}
+	if err := c.nodes[f].LinearizableRead(testCtx(t)); err != nil {
+		t.Fatalf("LinearizableRead once the entries arrived: %v", err)
 	}
 }
 

@@ -121,3 +121,45 @@ func TestReviewHWaiterOfEndedSessionIsNotGranted(t *testing.T) {
 		t.Fatal("live waiter never granted")
 	}
 }
+
+// TestHeartbeatWaitsForReadIndexApplied: a heartbeat's answer comes after
+// the leader has applied everything up to the read index it confirmed,
+// so an entry committed before the answer that ends the session (here the
+// client's own close, sent through another replica) makes it "gone", not
+// "alive" (DESIGN.md invariant 4). Mutation it catches: Heartbeat
+// confirming leadership with ReadIndex alone, without WaitApplied.
+func TestHeartbeatWaitsForReadIndexApplied(t *testing.T) {
+	h := newHarness(t)
+	id := h.open(time.Minute)
+	lag := &lagRaft{fakeRaft: h.raf}
+	h.svc.Bind(lag)
+
+	h.raf.mu.Lock()
+	h.raf.hold = true
+	h.raf.mu.Unlock()
+	closeCmd := &fsm.Command{Op: fsm.OpCloseSession, Session: id, Seq: 1, Done: 1, Listed: true}
+	if err := h.raf.Propose(context.Background(), fsm.Encode(closeCmd)); err != nil {
+		t.Fatal(err)
+	}
+	h.raf.mu.Lock()
+	want := h.raf.index
+	h.raf.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	alive, gone, code, _ := h.svc.Heartbeat(ctx, []uint64{id})
+	if code != lockpb.Code_CODE_OK {
+		t.Fatalf("Heartbeat code %v, want OK", code)
+	}
+	if len(alive) != 0 || len(gone) != 1 || gone[0] != id {
+		t.Fatalf("Heartbeat after a committed close: alive %v gone %v, want gone [%d]", alive, gone, id)
+	}
+	if h.live(id) {
+		t.Fatalf("session %d still in the table after its close was applied", id)
+	}
+	lag.mu.Lock()
+	defer lag.mu.Unlock()
+	if len(lag.waited) != 1 || lag.waited[0] < want {
+		t.Fatalf("WaitApplied calls %v, want one for an index >= %d", lag.waited, want)
+	}
+}
