@@ -84,7 +84,8 @@ func (m *Manual) Now() time.Time {
 }
 
 // NewTicker returns a ticker driven by Advance. Like time.Ticker it drops
-// ticks a slow receiver does not take, and it panics for d <= 0.
+// ticks a slow receiver does not take, delivers none after Stop returns
+// (not even one it kept for a slow receiver), and it panics for d <= 0.
 func (m *Manual) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		// As time.NewTicker: at the call, rather than as a crash in a
@@ -116,10 +117,12 @@ func (m *Manual) Pending() int {
 	return len(m.waiters)
 }
 
-// Advance moves the clock forward by d, firing what falls due.
+// Advance moves the clock forward by d, firing what falls due. The reading
+// never goes back: a negative d counts as 0 (it fires what is due now), and
+// so does the part of d that a concurrent Advance has already covered.
 func (m *Manual) Advance(d time.Duration) {
 	m.mu.Lock()
-	target := m.now.Add(d)
+	target := m.now.Add(max(d, 0))
 	for {
 		var next *manualWaiter
 		for _, w := range m.waiters {
@@ -148,7 +151,9 @@ func (m *Manual) Advance(d time.Duration) {
 		go f()
 		m.mu.Lock()
 	}
-	m.now = target
+	if target.After(m.now) {
+		m.now = target
+	}
 	m.mu.Unlock()
 }
 
@@ -172,6 +177,12 @@ func (t manualTicker) Stop() {
 	defer t.m.mu.Unlock()
 	t.w.stopped = true
 	t.m.remove(t.w)
+	// As time.Ticker (Go 1.23 on): no tick prepared before Stop is
+	// received after it. Advance sends under mu, so none is sent later.
+	select {
+	case <-t.w.c:
+	default:
+	}
 }
 
 type manualTimer struct {
