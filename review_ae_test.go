@@ -1,0 +1,189 @@
+package quorumlock_test
+
+// Review AE: public docstring promises that no other test checked, each
+// on the cheapest cluster that shows it (one replica, which leads, so the
+// in-process path; a Client where the remote path differs).
+
+import (
+	"bytes"
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock"
+)
+
+// Config: "Start applies the defaults to a copy; the caller's value is
+// never modified" (the zero fields stay zero, Peers keeps its entries),
+// and the replica keeps its own Peers: a later change of the caller's map
+// does not reach it.
+func TestReviewAEStartLeavesCallersConfig(t *testing.T) {
+	var cfg quorumlock.Config
+	nodes := specCluster(t, 1, func(c *quorumlock.Config) {
+		c.TickInterval, c.ElectionTicks = 0, 0
+		cfg = *c
+	})
+	peers := maps.Clone(cfg.Peers)
+	if cfg.SessionTTL != 0 || cfg.TickInterval != 0 || cfg.ElectionTicks != 0 || cfg.ClusterName != "" ||
+		cfg.LogBackend != "" || cfg.MaxNameBytes != 0 || cfg.MaxSessions != 0 || cfg.Clock != nil || cfg.Logger != nil {
+		t.Fatalf("the caller's Config was given defaults: %+v", cfg)
+	}
+	// specCluster passed its own copy to Start; this checks the same
+	// through a Config the test keeps.
+	again := cfg
+	again.ID = 1
+	again.DataDir = t.TempDir()
+	again.Listener = nil
+	again.Peers = map[uint64]string{1: "127.0.0.1:0"} // refused: port 0 without Listener
+	before := maps.Clone(again.Peers)
+	if _, err := quorumlock.Start(testCtx(t, 10*time.Second), again); !errors.Is(err, quorumlock.ErrInvalidConfig) {
+		t.Fatalf("Start with port 0 and no Listener: %v, want ErrInvalidConfig", err)
+	}
+	if !maps.Equal(again.Peers, before) || again.SessionTTL != 0 {
+		t.Fatalf("a refused Start changed the caller's Config: %+v", again)
+	}
+	if !maps.Equal(cfg.Peers, peers) {
+		t.Fatalf("Start changed the caller's Peers: %v, was %v", cfg.Peers, peers)
+	}
+	// Defaults applied inside: the default TTL is 10 s.
+	s := specSession(testCtx(t, 10*time.Second), t, nodes[0])
+	if s.TTL() != 10*time.Second {
+		t.Fatalf("default session TTL %v, want 10s", s.TTL())
+	}
+	// The caller's map changing later does not move the replica.
+	for id := range cfg.Peers {
+		cfg.Peers[id] = "127.0.0.1:1"
+	}
+	if _, err := nodes[0].NewSession(testCtx(t, 10*time.Second)); err != nil {
+		t.Fatalf("NewSession after the caller rewrote its Peers map: %v", err)
+	}
+}
+
+// WithTTL: "Unlike Config.SessionTTL, it is not checked against the
+// cluster's election timeout". With the default 1 s election timeout a
+// Config.SessionTTL of 2 s is refused, and WithTTL(1s) (MinSessionTTL) is
+// accepted: the session opens with that TTL, and the cluster lists it.
+func TestReviewAEWithTTLNotCheckedAgainstElectionTimeout(t *testing.T) {
+	cfg := quorumlock.Config{ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1"}, DataDir: t.TempDir(), SessionTTL: 2 * time.Second}
+	if _, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg); !errors.Is(err, quorumlock.ErrInvalidConfig) {
+		t.Fatalf("Start with SessionTTL 2s and a 1s election timeout: %v, want ErrInvalidConfig", err)
+	}
+	nodes := specCluster(t, 1, func(c *quorumlock.Config) { c.TickInterval, c.ElectionTicks = 100*time.Millisecond, 10 })
+	specLeader(t, nodes)
+	ctx := testCtx(t, 10*time.Second)
+	s := specSession(ctx, t, nodes[0], quorumlock.WithTTL(quorumlock.MinSessionTTL))
+	if s.TTL() != time.Second {
+		t.Fatalf("TTL %v, want 1s", s.TTL())
+	}
+	cl := specDial(t, nodes)
+	list, _, err := cl.Sessions(ctx, s.ID()-1, 1)
+	if err != nil || len(list) != 1 || list[0].ID != s.ID() || list[0].TTL != time.Second {
+		t.Fatalf("Sessions: %+v, %v; want session %d with TTL 1s", list, err, s.ID())
+	}
+}
+
+// Client.Sessions: SessionEntry.Held counts the locks and roles a session
+// holds, not those it waits for (which Holder lists as Waiters), and
+// Client.Locks lists a lock with Role false and no Value, a role with
+// Role true, its bare name and its value.
+func TestReviewAEListingsHeldAndRoleEntries(t *testing.T) {
+	nodes := specCluster(t, 1, nil)
+	specLeader(t, nodes)
+	ctx := testCtx(t, 20*time.Second)
+	n := nodes[0]
+	a := specSession(ctx, t, n)
+	b := specSession(ctx, t, n)
+	mustAcquire(t, a, "ae/x")
+	mustAcquire(t, b, "ae/y")
+	if _, err := b.Elect(ctx, "ae/role", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	wait := acquireQueued(t, ctx, b, n, "ae/x") // b waits for a's lock
+	cl := specDial(t, nodes)
+	list, _, err := cl.Sessions(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[uint64]int{}
+	for _, e := range list {
+		held[e.ID] = e.Held
+	}
+	if held[a.ID()] != 1 || held[b.ID()] != 2 {
+		t.Fatalf("Held: a %d (want 1), b %d (want 2: a lock and a role, not the lock it waits for)", held[a.ID()], held[b.ID()])
+	}
+	ents, _, err := cl.Locks(ctx, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawRole, sawLock bool
+	for _, e := range ents {
+		switch e.Name {
+		case "ae/role":
+			sawRole = true
+			if !e.Role || !bytes.Equal(e.Value, []byte("v1")) || e.Holder != b.ID() {
+				t.Errorf("role entry %+v, want Role, value v1, holder %d", e, b.ID())
+			}
+		case "ae/x":
+			sawLock = true
+			if e.Role || e.Value != nil || e.Holder != a.ID() || len(e.Waiters) != 1 || e.Waiters[0] != b.ID() {
+				t.Errorf("lock entry %+v, want no Role, no Value, holder %d, waiter %d", e, a.ID(), b.ID())
+			}
+		}
+	}
+	if !sawRole || !sawLock {
+		t.Fatalf("listing %+v lacks the role or the lock", ents)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-wait; r.err != nil {
+		t.Fatalf("waiting Acquire after the holder closed: %v", r.err)
+	}
+}
+
+// LeaderInfo.Value: "Every read and every Observe event has its own copy";
+// and the caller keeps its slices: changing the value passed to Elect or
+// Proclaim after the call returns changes nothing published. On the
+// leader replica (in process) and through a Client.
+func TestReviewAELeaderValueCopies(t *testing.T) {
+	nodes := specCluster(t, 1, nil)
+	specLeader(t, nodes)
+	ctx := testCtx(t, 20*time.Second)
+	cl := specDial(t, nodes)
+	for _, o := range []opener{nodes[0], cl} {
+		role := "ae/copies/" + where(o)
+		s := specSession(ctx, t, o)
+		v := []byte("first")
+		ld, err := s.Elect(ctx, role, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(v, "XXXXX")
+		info, err := o.Leader(ctx, role)
+		if err != nil || string(info.Value) != "first" {
+			t.Fatalf("%s: Leader after the caller changed Elect's slice: %q, %v; want first", where(o), info.Value, err)
+		}
+		info.Value[0] = 'Z'
+		if again, err := o.Leader(ctx, role); err != nil || string(again.Value) != "first" {
+			t.Fatalf("%s: Leader after the reader changed an earlier read's Value: %q, %v", where(o), again.Value, err)
+		}
+		p := []byte("second")
+		if err := ld.Proclaim(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		copy(p, "YYYYYY")
+		obs := o.Observe(ctx, role)
+		ev := <-obs
+		if string(ev.Value) != "second" {
+			t.Fatalf("%s: Observe after the caller changed Proclaim's slice: %q, want second", where(o), ev.Value)
+		}
+		ev.Value[0] = 'Q'
+		if again, err := o.Leader(ctx, role); err != nil || string(again.Value) != "second" {
+			t.Fatalf("%s: Leader after the observer changed an event's Value: %q, %v", where(o), again.Value, err)
+		}
+		if err := ld.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
