@@ -6,8 +6,10 @@ package quorumlock_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"maps"
+	"net"
 	"testing"
 	"time"
 
@@ -186,4 +188,71 @@ func TestReviewAELeaderValueCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Config.Listener: "Start takes ownership and Close closes it". A Start
+// that fails (a bad Config, or a ctx already over) closes it too, so the
+// caller's port is not left bound; one that succeeds serves on it
+// (Node.Addr is its address) until Close closes it.
+func TestReviewAEListenerOwnership(t *testing.T) {
+	listen := func() (net.Listener, string) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, l.Addr().String()
+	}
+	acceptFails := func(what string, l net.Listener) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			c, err := l.Accept()
+			if err == nil {
+				c.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("%s: Accept on the listener: %v, want net.ErrClosed", what, err)
+			}
+		case <-time.After(5 * time.Second):
+			l.Close()
+			t.Fatalf("%s: the listener is still open", what)
+		}
+	}
+	l, addr := listen()
+	bad := quorumlock.Config{ID: 1, Peers: map[uint64]string{1: addr}, DataDir: t.TempDir(), Listener: l, ElectionTicks: 2}
+	if _, err := quorumlock.Start(testCtx(t, 10*time.Second), bad); !errors.Is(err, quorumlock.ErrInvalidConfig) {
+		t.Fatalf("Start with ElectionTicks 2: %v, want ErrInvalidConfig", err)
+	}
+	acceptFails("after a refused Config", l)
+
+	l, addr = listen()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg := quorumlock.Config{ID: 1, Peers: map[uint64]string{1: addr}, DataDir: t.TempDir(), Listener: l}
+	if _, err := quorumlock.Start(gone, cfg); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with an ended ctx: %v, want context.Canceled", err)
+	}
+	acceptFails("after a Start whose ctx had ended", l)
+
+	l, addr = listen()
+	cfg.Listener = l
+	cfg.Peers = map[uint64]string{1: addr}
+	n, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Addr().String() != addr {
+		n.Close()
+		t.Fatalf("Addr %v, want the listener's %s", n.Addr(), addr)
+	}
+	if _, err := n.NewSession(testCtx(t, 10*time.Second)); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	n.Close()
+	acceptFails("after Close", l)
 }
