@@ -419,7 +419,9 @@ func (n *Node) Addr() net.Addr {
 	return n.lis.Addr()
 }
 
-// Status returns this replica's current view (no network round trip).
+// Status returns this replica's current view (no network round trip). Once
+// the replica has stopped (Done closed), it is the last view it had, which
+// may still name this replica the leader: check Done before trusting it.
 func (n *Node) Status() Status {
 	if n.nilNode() {
 		return Status{}
