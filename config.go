@@ -120,7 +120,8 @@ type Config struct {
 
 	// PeerTLS, if set, is the client side of TLS for this replica's
 	// connections to its peers (RootCAs, and a certificate for mutual TLS).
-	// It is required with TLS.
+	// TLS and PeerTLS are set together: Start refuses either one alone
+	// with ErrInvalidConfig naming PeerTLS.
 	PeerTLS *tls.Config
 
 	// SnapshotEntries is how many log entries are applied between two

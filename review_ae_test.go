@@ -7,9 +7,11 @@ package quorumlock_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"maps"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,4 +257,18 @@ func TestReviewAEListenerOwnership(t *testing.T) {
 	}
 	n.Close()
 	acceptFails("after Close", l)
+}
+
+// Config.PeerTLS: TLS and PeerTLS are set together; PeerTLS without TLS
+// (a replica that would dial its peers over TLS while serving plaintext)
+// is refused with ErrInvalidConfig naming PeerTLS, as TLS alone is.
+func TestReviewAEPeerTLSAloneRefused(t *testing.T) {
+	cfg := quorumlock.Config{ID: 1, Peers: map[uint64]string{1: "127.0.0.1:1"}, DataDir: t.TempDir(), PeerTLS: &tls.Config{}}
+	n, err := quorumlock.Start(testCtx(t, 10*time.Second), cfg)
+	if err == nil {
+		n.Close()
+	}
+	if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "PeerTLS") {
+		t.Fatalf("Start with PeerTLS and no TLS: %v, want ErrInvalidConfig naming PeerTLS", err)
+	}
 }
