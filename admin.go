@@ -21,7 +21,8 @@ type ReplicaStatus struct {
 	Status
 	// Err is nil when the replica answered; otherwise why not: ErrClosed
 	// after Client.Close, or the error of connecting or of the call (a
-	// gRPC status error, codes.DeadlineExceeded when ctx ended first).
+	// gRPC status error: codes.DeadlineExceeded when ctx's deadline passed
+	// first, codes.Canceled when ctx was cancelled first).
 	Err error
 }
 

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/quorumlock/quorumlock"
 )
 
@@ -270,5 +273,27 @@ func TestReviewAEPeerTLSAloneRefused(t *testing.T) {
 	}
 	if !errors.Is(err, quorumlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "PeerTLS") {
 		t.Fatalf("Start with PeerTLS and no TLS: %v, want ErrInvalidConfig naming PeerTLS", err)
+	}
+}
+
+// ReplicaStatus.Err: the error of the call when ctx ended first, a gRPC
+// status: DeadlineExceeded for a deadline, Canceled for a cancellation;
+// Addr is still the address as given to Dial, and the view is zero.
+func TestReviewAEClientStatusWhenCtxEnded(t *testing.T) {
+	nodes := specCluster(t, 1, nil)
+	specLeader(t, nodes)
+	cl := specDial(t, nodes)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, c := range []struct {
+		ctx  context.Context
+		want codes.Code
+	}{{cancelled, codes.Canceled}, {expired, codes.DeadlineExceeded}} {
+		st := cl.Status(c.ctx)
+		if len(st) != 1 || st[0].Addr != nodes[0].Addr().String() || st[0].ID != 0 || status.Code(st[0].Err) != c.want {
+			t.Errorf("Status with ctx ended (%v): %+v, want one entry for %s with code %v", c.want, st, nodes[0].Addr(), c.want)
+		}
 	}
 }
