@@ -419,15 +419,30 @@ func (n *Node) Addr() net.Addr {
 	return n.lis.Addr()
 }
 
-// Status returns this replica's current view (no network round trip). Once
-// the replica has stopped (Done closed), it is the last view it had, which
-// may still name this replica the leader: check Done before trusting it.
+// Status returns this replica's current view (no network round trip).
+// Once the replica has stopped (Close, or a failure: Done closes), Leader
+// is 0, as a stopped replica knows of no current leader (it may have led
+// itself); Term, Commit and Applied are the last it had.
 func (n *Node) Status() Status {
 	if n.nilNode() {
 		return Status{}
 	}
 	st := n.raft.Status()
-	return Status{ID: st.ID, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
+	s := Status{ID: st.ID, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
+	if n.isClosed() || isDone(n.raft.Done()) {
+		s.Leader = 0
+	}
+	return s
+}
+
+// isDone reports whether c is closed.
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Holder returns who holds the lock name, with its token and waiters, as of
@@ -549,14 +564,7 @@ func (n *Node) handOff() {
 	n.log.Info("leadership handed over", zap.Uint64("leader", st.Leader), zap.Uint64("term", st.Term), zap.Duration("took", time.Since(start)))
 }
 
-func (n *Node) isClosed() bool {
-	select {
-	case <-n.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (n *Node) isClosed() bool { return isDone(n.closed) }
 
 // bound derives a context that also ends when the Node closes.
 func (n *Node) bound(ctx context.Context) (context.Context, context.CancelFunc) {

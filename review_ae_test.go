@@ -297,3 +297,31 @@ func TestReviewAEClientStatusWhenCtxEnded(t *testing.T) {
 		}
 	}
 }
+
+// Status: Leader is "the leader this replica knows of; 0 if unknown". A
+// stopped replica knows of no current leader, even one that led itself
+// until Close (it reported itself leader before): a program polling Status
+// must not see a dead replica as the leader. The rest of its last view
+// (ID, Term, Commit, Applied) stays.
+func TestReviewAEStoppedReplicaNamesNoLeader(t *testing.T) {
+	nodes := specCluster(t, 1, nil)
+	n := nodes[specLeader(t, nodes)]
+	s := specSession(testCtx(t, 10*time.Second), t, n)
+	if _, err := s.Acquire(testCtx(t, 10*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	before := n.Status()
+	if before.Leader != before.ID {
+		t.Fatalf("the only replica's Status %+v does not name itself leader", before)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := n.Status()
+	if after.Leader != 0 {
+		t.Fatalf("Status after Close names leader %d, want 0: %+v", after.Leader, after)
+	}
+	if after.ID != before.ID || after.Term < before.Term || after.Applied < before.Applied || after.Commit < before.Commit {
+		t.Fatalf("Status after Close %+v lost the last view %+v", after, before)
+	}
+}

@@ -71,6 +71,9 @@ func TestSnapshotDamagedWhileRunningStopsLeader(t *testing.T) {
 	if err := c.Node(lead).Err(); !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(snaps[0])) {
 		t.Fatalf("the leader's Err() = %v, want storage.ErrCorrupt naming %s", err, filepath.Base(snaps[0]))
 	}
+	if st := c.Node(lead).Status(); st.Leader != 0 {
+		t.Fatalf("the stopped leader's Status still names leader %d", st.Leader)
+	}
 
 	var other uint64
 	for _, id := range c.IDs() {
