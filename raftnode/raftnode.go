@@ -105,8 +105,9 @@ type Config struct {
 	// ID is this node's raft member ID: non-zero, and one of Peers.
 	// Required.
 	ID uint64
-	// Peers are the IDs of every voter, this node's included. They bootstrap
-	// a fresh log; a log that has entries keeps its own configuration.
+	// Peers are the IDs of every voter, this node's included: non-zero and
+	// distinct. They bootstrap a fresh log (New checks them then); a log
+	// that has entries keeps its own configuration and Peers is ignored.
 	Peers []uint64
 	// Storage is the durable log.
 	Storage LogStore
@@ -366,6 +367,42 @@ func (c *Config) withDefaults() Config {
 	return out
 }
 
+// checkRequired returns an error naming the first required field missing.
+func (c *Config) checkRequired() error {
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{{"ID", c.ID == 0}, {"Storage", c.Storage == nil}, {"Transport", c.Transport == nil}, {"StateMachine", c.StateMachine == nil}} {
+		if f.missing {
+			return fmt.Errorf("raftnode: Config.%s is required", f.name)
+		}
+	}
+	return nil
+}
+
+// checkPeers checks the Peers a fresh log is bootstrapped with: raft would
+// silently drop a zero ID and a duplicate, and a node whose ID is not among
+// them is no voter (it could never campaign or count towards a quorum).
+func (c *Config) checkPeers() error {
+	if len(c.Peers) == 0 {
+		return errors.New("raftnode: Config.Peers: no voters to bootstrap an empty log with")
+	}
+	seen := make(map[uint64]bool, len(c.Peers))
+	for _, id := range c.Peers {
+		switch {
+		case id == 0:
+			return errors.New("raftnode: Config.Peers: member ID 0 is not valid")
+		case seen[id]:
+			return fmt.Errorf("raftnode: Config.Peers: member ID %d is listed twice", id)
+		}
+		seen[id] = true
+	}
+	if !seen[c.ID] {
+		return fmt.Errorf("raftnode: Config.Peers %v does not hold this node's ID %d", c.Peers, c.ID)
+	}
+	return nil
+}
+
 // New creates the node over cfg.Storage, bootstrapping an empty log with
 // cfg.Peers. It does not start the node's goroutine: call Start.
 //
@@ -374,11 +411,12 @@ func (c *Config) withDefaults() Config {
 // the storage's error when a read of it fails; an error naming the field
 // when ID, Storage, Transport or StateMachine is missing, or raft refuses
 // the configuration (for example ElectionTicks not above HeartbeatTicks)
-// or, for an empty log, the bootstrap (no Peers).
+// or, for an empty log, an error naming Peers when they are empty, hold
+// ID 0 or an ID twice, or do not hold ID.
 func New(cfg Config) (*Node, error) {
 	cfg = cfg.withDefaults()
-	if cfg.ID == 0 || cfg.Storage == nil || cfg.Transport == nil || cfg.StateMachine == nil {
-		return nil, errors.New("raftnode: ID, Storage, Transport and StateMachine are required")
+	if err := cfg.checkRequired(); err != nil {
+		return nil, err
 	}
 	snap, err := cfg.Storage.Snapshot()
 	if err != nil {
@@ -427,6 +465,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: reading log: %w", err)
 	}
 	if last == 0 && raft.IsEmptyHardState(hs) {
+		if err := cfg.checkPeers(); err != nil {
+			return nil, err
+		}
 		peers := make([]raft.Peer, len(cfg.Peers))
 		for i, id := range cfg.Peers {
 			peers[i] = raft.Peer{ID: id}

@@ -1,0 +1,63 @@
+package raftnode
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReviewAFNewChecksBootstrapPeers: Config documents ID as "one of
+// Peers" and Peers as the IDs of every voter. Bootstrapping an empty log
+// with Peers that do not hold ID used to succeed with a node that is no
+// voter (it never campaigns, a read on it never returns); a zero ID or a
+// duplicate was silently dropped by raft (Peers {1, 0} became a cluster of
+// one voter). New now refuses each with an error naming Peers.
+func TestReviewAFNewChecksBootstrapPeers(t *testing.T) {
+	for _, c := range []struct {
+		what  string
+		peers []uint64
+	}{
+		{"Peers without ID", []uint64{2, 3}},
+		{"Peers holding 0", []uint64{1, 0}},
+		{"Peers holding an ID twice", []uint64{1, 1, 2}},
+		{"no Peers", nil},
+	} {
+		n, err := New(Config{ID: 1, Peers: c.peers, Storage: newMemStore(), Transport: nopTransport{}, StateMachine: &recSM{}})
+		if err == nil {
+			n.Stop()
+			t.Errorf("New with %s (%v) on an empty log: no error", c.what, c.peers)
+			continue
+		}
+		if !strings.Contains(err.Error(), "Peers") {
+			t.Errorf("New with %s: error %q does not name Peers", c.what, err)
+		}
+	}
+	n, err := New(Config{ID: 3, Peers: []uint64{1, 2, 3}, Storage: newMemStore(), Transport: nopTransport{}, StateMachine: &recSM{}})
+	if err != nil {
+		t.Fatalf("New with valid Peers: %v", err)
+	}
+	n.Stop()
+}
+
+// TestReviewAFNewNamesMissingField: New's doc promises "an error naming the
+// field" when ID, Storage, Transport or StateMachine is missing; the error
+// named all four whichever was missing.
+func TestReviewAFNewNamesMissingField(t *testing.T) {
+	full := Config{ID: 1, Peers: []uint64{1}, Storage: newMemStore(), Transport: nopTransport{}, StateMachine: &recSM{}}
+	for field, cfg := range map[string]Config{
+		"ID":           func(c Config) Config { c.ID = 0; return c }(full),
+		"Storage":      func(c Config) Config { c.Storage = nil; return c }(full),
+		"Transport":    func(c Config) Config { c.Transport = nil; return c }(full),
+		"StateMachine": func(c Config) Config { c.StateMachine = nil; return c }(full),
+	} {
+		_, err := New(cfg)
+		if err == nil {
+			t.Errorf("New without %s: no error", field)
+			continue
+		}
+		for _, other := range []string{"ID", "Storage", "Transport", "StateMachine"} {
+			if named := strings.Contains(err.Error(), "Config."+other+" "); named != (other == field) {
+				t.Errorf("New without %s: error %q; want it to name Config.%s only", field, err, field)
+			}
+		}
+	}
+}
