@@ -685,8 +685,15 @@ func (n *Node) ProposeAsync(ctx context.Context, p AsyncProposal) error {
 	return n.enqueue(ctx, proposal{data: p.Data, deferred: p.Deferred, epoch: p.Epoch, refused: p.Refused})
 }
 
-// enqueue hands p to the loop.
+// enqueue hands p to the loop. A stopped node's queue still has room, and
+// select picks among ready cases at random: without the first check a
+// ProposeAsync after Stop would report every other entry as queued.
 func (n *Node) enqueue(ctx context.Context, p proposal) error {
+	select {
+	case <-n.donec:
+		return ErrStopped
+	default:
+	}
 	select {
 	case n.propc <- p:
 		return nil

@@ -1,6 +1,8 @@
 package raftnode
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -58,6 +60,27 @@ func TestReviewAFNewNamesMissingField(t *testing.T) {
 			if named := strings.Contains(err.Error(), "Config."+other+" "); named != (other == field) {
 				t.Errorf("New without %s: error %q; want it to name Config.%s only", field, err, field)
 			}
+		}
+	}
+}
+
+// TestReviewAFProposeAsyncAfterStop: ProposeAsync documents ErrStopped "if
+// it could not be queued"; on a stopped node the entry can never be
+// applied or refused. The node's queue is buffered, so the select between
+// queueing and the closed Done picked at random and about half of the calls
+// returned nil, as if the entry were on its way. Every call must return
+// ErrStopped.
+func TestReviewAFProposeAsyncAfterStop(t *testing.T) {
+	n, err := New(Config{ID: 1, Peers: []uint64{1}, Storage: newMemStore(), Transport: nopTransport{}, StateMachine: &recSM{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	n.Stop()
+	ctx := context.Background()
+	for i := range 64 {
+		if err := n.ProposeAsync(ctx, AsyncProposal{Data: []byte("x")}); !errors.Is(err, ErrStopped) {
+			t.Fatalf("ProposeAsync #%d after Stop = %v, want ErrStopped", i, err)
 		}
 	}
 }
