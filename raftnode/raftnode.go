@@ -539,7 +539,9 @@ func (n *Node) Err() error {
 	return n.err
 }
 
-// Status returns the latest published raft state.
+// Status returns the latest published raft state. A stopped node keeps the
+// state it last published, which may still name itself leader (LeaderLost
+// was called when it stopped): check Done or Err before trusting it.
 func (n *Node) Status() Status { return *n.status.Load() }
 
 // LeaderChanged returns a channel that is closed at the next change of the

@@ -5,6 +5,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/quorumlock/quorumlock/clock"
 )
 
 // TestReviewAFNewChecksBootstrapPeers: Config documents ID as "one of
@@ -82,5 +87,35 @@ func TestReviewAFProposeAsyncAfterStop(t *testing.T) {
 		if err := n.ProposeAsync(ctx, AsyncProposal{Data: []byte("x")}); !errors.Is(err, ErrStopped) {
 			t.Fatalf("ProposeAsync #%d after Stop = %v, want ErrStopped", i, err)
 		}
+	}
+}
+
+// TestReviewAFStatusAfterStopKeepsLastView pins down what Status documents
+// for a stopped node: the state it last published, its own leadership
+// included, while LeaderLost has been called.
+func TestReviewAFStatusAfterStopKeepsLastView(t *testing.T) {
+	sm := &recSM{}
+	clk := clock.NewManual(time.Unix(0, 0))
+	n, err := New(Config{ID: 1, Peers: []uint64{1}, Storage: newMemStore(), Transport: nopTransport{}, StateMachine: sm,
+		Clock: clk, TickInterval: testTick, ElectionTicks: electionTicks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Start()
+	deadline := time.Now().Add(waitTimeout)
+	for n.Status().Leader != 1 {
+		if time.Now().After(deadline) {
+			n.Stop()
+			t.Fatal("a single voter did not become leader")
+		}
+		clk.Advance(testTick)
+		time.Sleep(time.Millisecond)
+	}
+	n.Stop()
+	if st := n.Status(); st.Leader != 1 || st.State != raft.StateLeader {
+		t.Fatalf("Status after Stop = %+v; want the last published view (leader 1)", st)
+	}
+	if sm.lastLeadershipEvent() != "lost" {
+		t.Fatalf("last leadership event after Stop = %q, want lost", sm.lastLeadershipEvent())
 	}
 }
