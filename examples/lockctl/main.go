@@ -212,7 +212,7 @@ func (e *env) dial(ctx context.Context) (*quorumlock.Client, error) {
 		}
 	}
 	if len(addrs) == 0 {
-		return nil, errors.New("no endpoints: set -endpoints or LOCKCTL_ENDPOINTS")
+		return nil, fmt.Errorf("%w: no endpoints: set -endpoints or LOCKCTL_ENDPOINTS", errUsage)
 	}
 	opts := []quorumlock.ClientOption{quorumlock.WithElectionTimeout(e.g.electionTimeout)}
 	if e.g.tlsCA != "" || e.g.tlsCert != "" || e.g.tlsKey != "" {
@@ -237,7 +237,7 @@ func (e *env) dial(ctx context.Context) (*quorumlock.Client, error) {
 func clientTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("-tls-cert and -tls-key must be given together")
+		return nil, fmt.Errorf("%w: -tls-cert and -tls-key must be given together", errUsage)
 	}
 	if certFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
