@@ -195,14 +195,7 @@ func (c *Client) Close() error {
 	return nil
 }
 
-func (c *Client) isClosed() bool {
-	select {
-	case <-c.closed:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Client) isClosed() bool { return isDone(c.closed) }
 
 func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -41,7 +41,7 @@ func TestClientBatchesHeartbeats(t *testing.T) {
 	}
 	c.mu.Unlock()
 	for _, s := range all {
-		if closed(s.Done()) {
+		if isDone(s.Done()) {
 			t.Fatalf("session %d ended: %v", s.ID(), s.Err())
 		}
 	}

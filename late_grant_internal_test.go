@@ -127,7 +127,7 @@ func TestReview2LateOlderGrantDoesNotLoseNewerLock(t *testing.T) {
 		t.Fatalf("holder %d token %d, want session %d token %d", info.Holder, info.Token, s.ID(), l2.Token())
 	}
 	var errs []string
-	if closed(l2.Lost()) {
+	if isDone(l2.Lost()) {
 		errs = append(errs, "l2 (the current grant) was marked lost by a late answer carrying an older token")
 	}
 	if a.err == nil && a.l.Token() != l2.Token() {

@@ -141,12 +141,12 @@ func TestLeaseEndsAtSendTimePlusTTLMinusMargin(t *testing.T) {
 	settle(t, clk, 2)
 	clk.Advance(2699 * time.Millisecond) // one ms before the deadline
 	time.Sleep(10 * time.Millisecond)
-	if closed(s.Done()) {
+	if isDone(s.Done()) {
 		t.Fatal("session ended before its deadline")
 	}
 	settle(t, clk, 2)
 	clk.Advance(time.Millisecond)
-	eventually(t, "lease end", func() bool { return closed(s.Done()) && closed(l.Lost()) })
+	eventually(t, "lease end", func() bool { return isDone(s.Done()) && isDone(l.Lost()) })
 	if !s.Deadline().Equal(lastAck.Add(2700 * time.Millisecond)) {
 		t.Fatalf("deadline %v", s.Deadline())
 	}
@@ -215,15 +215,6 @@ func TestLeaseCountsFromSendTime(t *testing.T) {
 	eventually(t, "renewal", func() bool { return s.Deadline().Equal(sent.Add(2700 * time.Millisecond)) })
 }
 
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // Invariant 5: an acknowledgement that arrives after the lease ran out,
 // before the lease timer has fired, does not renew it: Deadline stays in
 // the past and the session ends then, as the timer would end it.
@@ -239,7 +230,7 @@ func TestLateAckBeforeLeaseTimerDoesNotRenew(t *testing.T) {
 	if got := s.Deadline(); !got.Equal(deadline) {
 		t.Fatalf("a late acknowledgement moved the deadline from %v to %v", deadline, got)
 	}
-	if !closed(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
+	if !isDone(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
 		t.Fatalf("the late acknowledgement left the session alive: %v", s.Err())
 	}
 }

@@ -28,7 +28,7 @@ func TestReviewACDoneAndErrAloneEndTheBelief(t *testing.T) {
 			clk.Advance(s.Deadline().Sub(clk.Now()))
 			switch first {
 			case "Done":
-				if !closed(s.Done()) {
+				if !isDone(s.Done()) {
 					t.Fatal("Done open past the deadline")
 				}
 			case "Err":
@@ -54,7 +54,7 @@ func TestReviewACLeaseTimerClosesChannels(t *testing.T) {
 	settle(t, clk, 2)
 	clk.Advance(s.Deadline().Sub(clk.Now()))
 	eventually(t, "Done and Lost closed at the deadline", func() bool {
-		return closed(done) && closed(lost)
+		return isDone(done) && isDone(lost)
 	})
 }
 
@@ -116,8 +116,8 @@ func TestReviewACGoneEndsSessionAtOnce(t *testing.T) {
 	settle(t, clk, 2)
 	clk.Advance(time.Second) // TTL/3: the first heartbeat, answered gone
 	eventually(t, "the heartbeat", func() bool { return be.heartbeats() >= 1 })
-	eventually(t, "Lost closed after gone", func() bool { return closed(lost) })
-	if clk.Now().After(s.Deadline()) || !closed(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
+	eventually(t, "Lost closed after gone", func() bool { return isDone(lost) })
+	if clk.Now().After(s.Deadline()) || !isDone(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
 		t.Fatalf("after gone: now %v deadline %v, Err %v", clk.Now(), s.Deadline(), s.Err())
 	}
 }

@@ -114,15 +114,15 @@ func TestReviewDBackgroundReleaseSparesAReturnedGrant(t *testing.T) {
 				if l2, err := s.Acquire(context.Background(), "x"); err != nil || l2 != l {
 					t.Fatalf("Acquire after the withdrawal: %v %v", l2, err)
 				}
-				if releases.Load() != 0 || closed(l.Lost()) || len(s.Locks()) != 1 {
-					t.Fatalf("a returned grant was released under its Lock: %d releases, lost %v", releases.Load(), closed(l.Lost()))
+				if releases.Load() != 0 || isDone(l.Lost()) || len(s.Locks()) != 1 {
+					t.Fatalf("a returned grant was released under its Lock: %d releases, lost %v", releases.Load(), isDone(l.Lost()))
 				}
 				return
 			}
 			errc := make(chan error, 1)
 			go func() {
 				l, err := s.TryAcquire(context.Background(), "x")
-				if err == nil && !closed(l.Lost()) {
+				if err == nil && !isDone(l.Lost()) {
 					err = errors.New("returned a live Lock of a grant the session releases")
 				}
 				errc <- err

@@ -17,21 +17,21 @@ func TestReviewJSameLeaderLearnedAgainIsNoMove(t *testing.T) {
 		t.Fatalf("after rotate, pick %q, want b:1", got)
 	}
 	c.setLeader("a:1")
-	if closed(m) {
+	if isDone(m) {
 		t.Fatal("learning the forgotten leader again aborted the calls waiting at it")
 	}
 	c.setLeader("a:1")
-	if closed(m) {
+	if isDone(m) {
 		t.Fatal("learning the same leader twice aborted the calls waiting at it")
 	}
 	c.setLeader("b:1")
-	if !closed(m) {
+	if !isDone(m) {
 		t.Fatal("a move to another leader did not abort the calls waiting at the old one")
 	}
 	_, m = c.pickWatch() // a call waiting at b:1
 	c.rotate("b:1")
 	c.setLeader("a:1")
-	if !closed(m) {
+	if !isDone(m) {
 		t.Fatal("a move back to an earlier leader did not abort the calls waiting at the last one")
 	}
 }

@@ -6,15 +6,6 @@ import (
 	"time"
 )
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // The per-address away channels (Client.away): learning leader X ends
 // what waits at every other address and nothing that waits at X (also
 // when X was forgotten by rotate and learned again); a closed channel is
@@ -28,7 +19,7 @@ func TestReviewMAwayChannelsSemantics(t *testing.T) {
 		t.Fatalf("pick %q, want a", addr)
 	}
 	c.setLeader("a")
-	if isClosed(chA) {
+	if isDone(chA) {
 		t.Fatal("learning the address an attempt waits at ended it")
 	}
 	if addr, ch := c.pickWatch(); addr != "a" || ch != chA {
@@ -41,10 +32,10 @@ func TestReviewMAwayChannelsSemantics(t *testing.T) {
 		t.Fatalf("after rotate, pick %q, want b", addr)
 	}
 	c.setLeader("a") // learned again
-	if !isClosed(chB) {
+	if !isDone(chB) {
 		t.Fatal("the attempt at b did not move when a was learned again")
 	}
-	if isClosed(chA) {
+	if isDone(chA) {
 		t.Fatal("the attempts at a ended when a was learned again")
 	}
 	if _, still := c.rewatch("b"); still {
@@ -55,17 +46,17 @@ func TestReviewMAwayChannelsSemantics(t *testing.T) {
 	}
 
 	c.setLeader("c")
-	if !isClosed(chA) {
+	if !isDone(chA) {
 		t.Fatal("the attempt at a did not move when c was learned")
 	}
 	addr, chC := c.pickWatch()
 	c.setLeader("a")
-	if addr != "c" || !isClosed(chC) {
-		t.Fatalf("pick %q; the attempt at c moved when a was learned: %v", addr, isClosed(chC))
+	if addr != "c" || !isDone(chC) {
+		t.Fatalf("pick %q; the attempt at c moved when a was learned: %v", addr, isDone(chC))
 	}
 	addr, chA2 := c.pickWatch()
-	if addr != "a" || chA2 == chA || isClosed(chA2) {
-		t.Fatalf("pick %q: a new open channel for a: new %v, open %v", addr, chA2 != chA, !isClosed(chA2))
+	if addr != "a" || chA2 == chA || isDone(chA2) {
+		t.Fatalf("pick %q: a new open channel for a: new %v, open %v", addr, chA2 != chA, !isDone(chA2))
 	}
 	if len(c.away) > len(c.addrs) {
 		t.Fatalf("%d away channels for %d addresses", len(c.away), len(c.addrs))
@@ -124,7 +115,7 @@ func TestReviewMAwayChannelsConcurrent(t *testing.T) {
 	c.setLeader("b")
 	open := 0
 	for ch, addr := range seen {
-		if !isClosed(ch) && ch != c.away["b"] {
+		if !isDone(ch) && ch != c.away["b"] {
 			open++
 			if open < 5 {
 				t.Errorf("a channel of %s is still open after a and b were learned", addr)

@@ -29,13 +29,13 @@ func TestReviewOLateLeaseTimerStillEndsTheBelief(t *testing.T) {
 	s.timer.Stop() // the lease timer is late
 	s.mu.Unlock()
 	clk.Advance(s.Deadline().Sub(clk.Now()))
-	if !closed(l.Lost()) {
+	if !isDone(l.Lost()) {
 		t.Fatal("Lost open past the deadline")
 	}
-	if !closed(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
+	if !isDone(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
 		t.Fatalf("session alive past the deadline: %v", s.Err())
 	}
-	if !closed(ld.Done()) || ld.Context().Err() == nil {
+	if !isDone(ld.Done()) || ld.Context().Err() == nil {
 		t.Fatal("leadership alive past the deadline")
 	}
 	if _, err := s.Acquire(context.Background(), "y"); !errors.Is(err, ErrSessionExpired) {
@@ -73,7 +73,7 @@ func TestReviewOGrantAfterDeadlineWithLateTimer(t *testing.T) {
 	select {
 	case r := <-done:
 		if !errors.Is(r.err, ErrSessionExpired) {
-			lost := r.l != nil && closed(r.l.lost)
+			lost := r.l != nil && isDone(r.l.lost)
 			t.Fatalf("Acquire answered past the deadline: %v, %v (Lost closed: %v)", r.l, r.err, lost)
 		}
 	case <-time.After(5 * time.Second):

@@ -73,7 +73,7 @@ func TestAcquireAnsweredWithAReleasedGrant(t *testing.T) {
 		l, err := s.Acquire(ctx, "x")
 		if err == nil {
 			err = errors.New("returned a Lock")
-			if closed(l.Lost()) {
+			if isDone(l.Lost()) {
 				err = nil // a Lock already lost is honest too
 			}
 		}
@@ -208,7 +208,7 @@ func TestRefusedWithdrawalAndRelease(t *testing.T) {
 	if err := l1.Release(context.Background()); !errors.Is(err, ErrLimit) || !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("a refused Release: %v, want ErrLimit and ErrUnknownOutcome", err)
 	}
-	if closed(l1.Lost()) || len(s.Locks()) != 1 {
+	if isDone(l1.Lost()) || len(s.Locks()) != 1 {
 		t.Fatal("a refused Release dropped the lock, which the cluster still holds")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -217,7 +217,7 @@ func TestRefusedWithdrawalAndRelease(t *testing.T) {
 	if !errors.Is(err, ErrSessionExpired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("an Acquire whose withdrawal was refused: %v, want the deadline and ErrSessionExpired", err)
 	}
-	if !closed(s.Done()) {
+	if !isDone(s.Done()) {
 		t.Fatal("the session goes on after a refused withdrawal")
 	}
 }

@@ -28,6 +28,35 @@ func (r *lagRaft) WaitApplied(ctx context.Context, index uint64) error {
 	return nil
 }
 
+// lagBehind binds a lagRaft to h's service and proposes cmd as an entry
+// the leader committed that this replica has not applied yet; it returns
+// the lagRaft and the entry's index.
+func lagBehind(t *testing.T, h *harness, cmd *fsm.Command) (*lagRaft, uint64) {
+	t.Helper()
+	lag := &lagRaft{fakeRaft: h.raf}
+	h.svc.Bind(lag)
+	h.raf.mu.Lock()
+	h.raf.hold = true
+	h.raf.mu.Unlock()
+	if err := h.raf.Propose(context.Background(), fsm.Encode(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	h.raf.mu.Lock()
+	defer h.raf.mu.Unlock()
+	return lag, h.raf.index
+}
+
+// checkWaitedOnce fails t unless WaitApplied was called once, for an index
+// of at least want.
+func (r *lagRaft) checkWaitedOnce(t *testing.T, want uint64) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.waited) != 1 || r.waited[0] < want {
+		t.Fatalf("WaitApplied calls %v, want one for an index >= %d", r.waited, want)
+	}
+}
+
 // TestReviewHHolderWaitsForReadIndexApplied: a Holder read waits until this
 // replica has applied the confirmed read index before it reads the table
 // (DESIGN.md invariant 9). Mutation it catches (review H): linearize
@@ -37,19 +66,8 @@ func (r *lagRaft) WaitApplied(ctx context.Context, index uint64) error {
 func TestReviewHHolderWaitsForReadIndexApplied(t *testing.T) {
 	h := newHarness(t)
 	id := h.open(time.Minute)
-	lag := &lagRaft{fakeRaft: h.raf}
-	h.svc.Bind(lag)
-
 	// An acquire the leader committed that this replica has not applied.
-	h.raf.mu.Lock()
-	h.raf.hold = true
-	h.raf.mu.Unlock()
-	if err := h.raf.Propose(context.Background(), fsm.Encode(&fsm.Command{Op: fsm.OpAcquire, Session: id, Seq: 1, Name: "x"})); err != nil {
-		t.Fatal(err)
-	}
-	h.raf.mu.Lock()
-	want := h.raf.index
-	h.raf.mu.Unlock()
+	lag, want := lagBehind(t, h, &fsm.Command{Op: fsm.OpAcquire, Session: id, Seq: 1, Name: "x"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -60,11 +78,7 @@ func TestReviewHHolderWaitsForReadIndexApplied(t *testing.T) {
 	if resp.GetSession() != id || resp.GetToken() != want {
 		t.Fatalf("Holder(x) = session %d token %d, want session %d token %d (the committed grant)", resp.GetSession(), resp.GetToken(), id, want)
 	}
-	lag.mu.Lock()
-	defer lag.mu.Unlock()
-	if len(lag.waited) != 1 || lag.waited[0] < want {
-		t.Fatalf("WaitApplied calls %v, want one for an index >= %d", lag.waited, want)
-	}
+	lag.checkWaitedOnce(t, want)
 }
 
 // TestReviewHWaiterOfEndedSessionIsNotGranted: an Acquire waiting in a
@@ -131,19 +145,7 @@ func TestReviewHWaiterOfEndedSessionIsNotGranted(t *testing.T) {
 func TestHeartbeatWaitsForReadIndexApplied(t *testing.T) {
 	h := newHarness(t)
 	id := h.open(time.Minute)
-	lag := &lagRaft{fakeRaft: h.raf}
-	h.svc.Bind(lag)
-
-	h.raf.mu.Lock()
-	h.raf.hold = true
-	h.raf.mu.Unlock()
-	closeCmd := &fsm.Command{Op: fsm.OpCloseSession, Session: id, Seq: 1, Done: 1, Listed: true}
-	if err := h.raf.Propose(context.Background(), fsm.Encode(closeCmd)); err != nil {
-		t.Fatal(err)
-	}
-	h.raf.mu.Lock()
-	want := h.raf.index
-	h.raf.mu.Unlock()
+	lag, want := lagBehind(t, h, &fsm.Command{Op: fsm.OpCloseSession, Session: id, Seq: 1, Done: 1, Listed: true})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -157,9 +159,5 @@ func TestHeartbeatWaitsForReadIndexApplied(t *testing.T) {
 	if h.live(id) {
 		t.Fatalf("session %d still in the table after its close was applied", id)
 	}
-	lag.mu.Lock()
-	defer lag.mu.Unlock()
-	if len(lag.waited) != 1 || lag.waited[0] < want {
-		t.Fatalf("WaitApplied calls %v, want one for an index >= %d", lag.waited, want)
-	}
+	lag.checkWaitedOnce(t, want)
 }
