@@ -120,16 +120,17 @@ type Config struct {
 	Applied uint64
 	// Clock drives raft's ticks. The default is clock.Real().
 	Clock clock.Clock
-	// TickInterval is the duration of one raft tick. The default is 100 ms.
+	// TickInterval is the duration of one raft tick. The default (for 0 or
+	// less) is 100 ms.
 	TickInterval time.Duration
 	// ElectionTicks is raft's election timeout in ticks; HeartbeatTicks is
-	// its heartbeat interval. Defaults: 10 and 1.
+	// its heartbeat interval. Defaults (for 0 or less): 10 and 1.
 	ElectionTicks, HeartbeatTicks int
 	// MaxSizePerMsg bounds the bytes of entries in one append message. The
 	// default is 1 MiB.
 	MaxSizePerMsg uint64
 	// MaxInflightMsgs bounds unacknowledged append messages per follower.
-	// The default is 256.
+	// The default (for 0 or less) is 256.
 	MaxInflightMsgs int
 	// Logger receives raft's and the node's logs. nil: no-op.
 	Logger *zap.Logger

@@ -101,7 +101,8 @@ type Config struct {
 	// MaxReconnectWait caps the wait between attempts to reconnect to a
 	// peer. Raft messages to a disconnected peer are dropped, so a link
 	// that healed should be back within about an election timeout, or
-	// elections keep failing on lost votes. The default is 2 s.
+	// elections keep failing on lost votes. The default (for 0 or less) is
+	// 2 s.
 	MaxReconnectWait time.Duration
 
 	// Logger receives connection events and rejections. The default is nil:
