@@ -73,7 +73,7 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: lockd -id N -peers ID=HOST:PORT,... -data DIR [flags]")
 		fmt.Fprintln(stderr, "       lockd -config FILE [flags]")
-		fmt.Fprintln(stderr, "\nRuns one quorumlock replica. Prints \"lockd ready id=N addr=ADDR\" once serving; stops on SIGTERM.")
+		fmt.Fprintln(stderr, "\nRuns one quorumlock replica. Prints \"lockd ready id=N addr=ADDR\" once serving; stops on SIGTERM or SIGINT.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
