@@ -16,7 +16,8 @@ import (
 // TestCloseHandsLeadershipOver: Close on the leader transfers leadership
 // before it stops (Status at return names another leader, one term later),
 // and the rest of the cluster serves at once with the lock table intact.
-// HardClose does not: the stopped leader still names itself.
+// HardClose does not: the stopped leader stays in its term and, as every
+// stopped replica, names no leader rather than itself.
 func TestCloseHandsLeadershipOver(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 30 * time.Second})
 	lead := c.WaitLeader(10 * time.Second)
@@ -42,12 +43,14 @@ func TestCloseHandsLeadershipOver(t *testing.T) {
 		t.Fatalf("lock a after the hand-over: %+v; want held by %d with token %d", info, s.ID(), la.Token())
 	}
 
-	// HardClose: no hand-over.
+	// HardClose: no hand-over. The stopped leader's view names no leader
+	// (it never names itself once stopped) and stays in its own term.
 	lead2 := st.Leader
 	n2 := c.Node(lead2)
+	term2 := n2.Status().Term
 	c.Stop(lead2)
-	if st := n2.Status(); st.Leader != lead2 {
-		t.Fatalf("after HardClose the leader's last view names leader %d; want itself (%d)", st.Leader, lead2)
+	if st := n2.Status(); st.Leader != 0 || st.Term != term2 {
+		t.Fatalf("after HardClose the leader's last view is leader %d, term %d; want leader 0 in its own term %d", st.Leader, st.Term, term2)
 	}
 }
 

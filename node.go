@@ -420,16 +420,17 @@ func (n *Node) Addr() net.Addr {
 }
 
 // Status returns this replica's current view (no network round trip).
-// Once the replica has stopped (Close, or a failure: Done closes), Leader
-// is 0, as a stopped replica knows of no current leader (it may have led
-// itself); Term, Commit and Applied are the last it had.
+// Once the replica has stopped (Close, or a failure: Done closes), it is
+// the last view it had, which names the leader it handed over to (Close)
+// or last knew of, but never itself: a stopped replica leads nothing, so
+// Leader is 0 where it had led until it stopped.
 func (n *Node) Status() Status {
 	if n.nilNode() {
 		return Status{}
 	}
 	st := n.raft.Status()
 	s := Status{ID: st.ID, Leader: st.Leader, Term: st.Term, Commit: st.Commit, Applied: st.Applied}
-	if n.isClosed() || isDone(n.raft.Done()) {
+	if s.Leader == s.ID && (n.isClosed() || isDone(n.raft.Done())) {
 		s.Leader = 0
 	}
 	return s

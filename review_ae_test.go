@@ -298,11 +298,12 @@ func TestReviewAEClientStatusWhenCtxEnded(t *testing.T) {
 	}
 }
 
-// Status: Leader is "the leader this replica knows of; 0 if unknown". A
-// stopped replica knows of no current leader, even one that led itself
-// until Close (it reported itself leader before): a program polling Status
-// must not see a dead replica as the leader. The rest of its last view
-// (ID, Term, Commit, Applied) stays.
+// Status: a stopped replica leads nothing, so its last view never names
+// itself leader, even where it led until Close (it reported itself leader
+// before): a program polling Status must not see a dead replica as the
+// leader. The rest of its last view (ID, Term, Commit, Applied) stays; the
+// view of a leader that handed over on Close names its successor
+// (TestCloseHandsLeadershipOver).
 func TestReviewAEStoppedReplicaNamesNoLeader(t *testing.T) {
 	nodes := specCluster(t, 1, nil)
 	n := nodes[specLeader(t, nodes)]
