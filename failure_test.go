@@ -147,17 +147,7 @@ func TestCallsReturnWithinContextWithoutQuorum(t *testing.T) {
 	s := newSession(t, n)
 	l := mustAcquire(t, s, "held")
 	s2 := newSession(t, n)
-	for _, id := range c.IDs() {
-		if id != x {
-			c.Stop(id)
-		}
-	}
-	const budget = 300 * time.Millisecond
-	const slack = 500 * time.Millisecond
-	check := func(what string, call func(ctx context.Context) error, want ...error) {
-		t.Helper()
-		checkWithinCtx(t, what, budget, slack, call, want...)
-	}
+	check := cutOffChecker(t, c, x)
 	check("Holder", func(ctx context.Context) error { _, err := n.Holder(ctx, "held"); return err }, context.DeadlineExceeded)
 	check("NewSession", func(ctx context.Context) error { _, err := n.NewSession(ctx); return err }, context.DeadlineExceeded)
 	check("Release", func(ctx context.Context) error { return l.Release(ctx) }, quorumlock.ErrUnknownOutcome)

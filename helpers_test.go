@@ -121,6 +121,21 @@ func follower(c *testcluster.Cluster, leader uint64, skip ...uint64) uint64 {
 	return 0
 }
 
+// cutOffChecker stops every replica of c but x (invariant 12's cluster
+// without a quorum) and returns checkWithinCtx with a 300 ms budget and
+// 500 ms slack, for the calls to run on x.
+func cutOffChecker(t *testing.T, c *testcluster.Cluster, x uint64) func(what string, call func(ctx context.Context) error, want ...error) {
+	for _, id := range c.IDs() {
+		if id != x {
+			c.Stop(id)
+		}
+	}
+	return func(what string, call func(ctx context.Context) error, want ...error) {
+		t.Helper()
+		checkWithinCtx(t, what, 300*time.Millisecond, 500*time.Millisecond, call, want...)
+	}
+}
+
 // checkWithinCtx runs call with a context of budget and fails t unless
 // it returns within budget+slack with an error matching one of want. The
 // call runs apart so that one ignoring its ctx fails the test instead of

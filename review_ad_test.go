@@ -32,17 +32,7 @@ func TestReviewADElectionCallsReturnWithinContextWithoutQuorum(t *testing.T) {
 		t.Fatalf("Elect: %v", err)
 	}
 	s2 := newSession(t, n)
-	for _, id := range c.IDs() {
-		if id != x {
-			c.Stop(id)
-		}
-	}
-	const budget = 300 * time.Millisecond
-	const slack = 500 * time.Millisecond
-	check := func(what string, call func(ctx context.Context) error, want ...error) {
-		t.Helper()
-		checkWithinCtx(t, what, budget, slack, call, want...)
-	}
+	check := cutOffChecker(t, c, x)
 	check("Proclaim", func(ctx context.Context) error { return lp.Proclaim(ctx, []byte("v2")) }, quorumlock.ErrUnknownOutcome)
 	check("Leader", func(ctx context.Context) error { _, err := n.Leader(ctx, "proclaimer"); return err }, context.DeadlineExceeded)
 	check("Elect", func(ctx context.Context) error { _, err := s2.Elect(ctx, "proclaimer", nil); return err }, context.DeadlineExceeded)

@@ -39,13 +39,7 @@ func TestWALFsyncFailure(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := openT(t, dir)
-			saveEach(t, s, 1, 40)
-			if err := s.SaveSnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(20)), Term: new(uint64(1))}, Data: []byte("state at 20")}); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Compact(10); err != nil {
-				t.Fatal(err)
-			}
+			snapshotAt20(t, s)
 			segs := segmentPaths(t, dir)
 			breakFsync(t, segs[len(segs)-1])
 

@@ -49,6 +49,20 @@ func saveEach(t testing.TB, s *Store, lo, hi uint64) {
 	}
 }
 
+// snapshotAt20 fills s with entries 1..40 (saveEach), saves a snapshot at
+// index 20 and compacts the log to 10: a store with a snapshot, a log
+// that keeps entries before it, and several segments.
+func snapshotAt20(t testing.TB, s *Store) {
+	t.Helper()
+	saveEach(t, s, 1, 40)
+	if err := s.SaveSnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(20)), Term: new(uint64(1))}, Data: []byte("state at 20")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(10); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // checkIntact checks that the log is exactly entries first..last as saveEach
 // wrote them and that the hard state commits last.
 func checkIntact(t testing.TB, s *Store, first, last uint64) {

@@ -94,13 +94,7 @@ func TestFsyncFailureOfOwnFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			saveEach(t, s, 1, 40)
-			if err := s.SaveSnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(20)), Term: new(uint64(1))}, Data: []byte("state at 20")}); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Compact(10); err != nil {
-				t.Fatal(err)
-			}
+			snapshotAt20(t, s)
 
 			on.Store(true)
 			if err := c.write(s); !errors.Is(err, errInjected) {
