@@ -10,6 +10,7 @@
 //	go run ./bench                        # every scenario, full size (~9 min)
 //	go run ./bench -quick -json out.json  # every scenario, scaled down (< 3 min)
 //	go run ./bench -scenarios latency_1,handoff_16 -duration 5s
+//	go run ./bench -scenarios uncontended_64,handoff_16 -rounds 5   # medians of 5
 //	go run ./bench -scenarios expiry_storm -systems ours -cpuprofile /tmp/prof
 //
 // It prints a table (scenario, ours, etcd, ratio = ours/etcd, unit, goal,
@@ -50,6 +51,7 @@ type params struct {
 	stormTTL, stormMaxWait           time.Duration
 
 	failoverRepeats int
+	rounds          int // runs of each scenario per system; the median counts
 
 	prof *profiler // nil: no profiling (etcd runs, or no -cpuprofile)
 }
@@ -147,6 +149,7 @@ func main() {
 		etcdStorm    = flag.Int("etcd-storm-sessions", 0, "override etcd's lease count in expiry_storm (default 50,000; quick: as ours)")
 		repeats      = flag.Int("failover-repeats", 0, "failover repeats (default 10, quick 2)")
 		backend      = flag.String("backend", "pebble", "quorumlock's log backend (Config.LogBackend): pebble or wal")
+		rounds       = flag.Int("rounds", 1, "run each scenario this many times per system, alternating which goes first, and report each system's median (odd counts give a true median)")
 	)
 	flag.Parse()
 	// A finer heap sample than the default 512 KiB, for memory_1m's split
@@ -201,6 +204,10 @@ func main() {
 	if *repeats > 0 {
 		p.failoverRepeats = *repeats
 	}
+	if *rounds < 1 {
+		fatal(fmt.Errorf("-rounds %d: want at least 1", *rounds))
+	}
+	p.rounds = *rounds
 	base, err := os.MkdirTemp(*dir, "quorumlock-bench-")
 	if err != nil {
 		fatal(err)
@@ -233,47 +240,10 @@ func main() {
 	rep := &report{params: p, start: time.Now()}
 	for k, sc := range run {
 		r := &row{sc: sc}
-		if sc.name == "latency_1" {
-			ds, err := fsyncLatency(base, 2000, 3*time.Second)
-			if err != nil {
-				fatal(err)
-			}
-			r.fsyncP50, r.fsyncP99 = ms(percentile(ds, 50)), ms(percentile(ds, 99))
-			logf("fsync (write 100 B + fdatasync, %d samples): p50 %.3f ms, p99 %.3f ms", len(ds), r.fsyncP50, r.fsyncP99)
+		for j := range p.rounds {
+			runRound(r, sc, syss, p, k+j, j, base, profiler{cpu: *cpuProfile, mem: *memProfile, allocs: *allocProfile})
 		}
-		// Alternate which system goes first.
-		order := slices.Clone(syss)
-		if k%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, sys := range order {
-			logf("%s / %s ...", sc.name, sys.Name())
-			sp := *p
-			sp.prof = nil
-			if sys.Name() == "ours" {
-				sp.prof = &profiler{cpu: *cpuProfile, mem: *memProfile, allocs: *allocProfile, scenario: sc.name}
-			}
-			budget := 10 * time.Minute
-			if p.quick {
-				budget = 90 * time.Second
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), budget)
-			t, load0 := time.Now(), loadAvg()
-			m, err := sc.run(ctx, sys, &sp)
-			cancel()
-			sp.prof.stop()
-			if err == nil {
-				m.extra["loadavg_before"], m.extra["loadavg_after"] = load0, loadAvg()
-			}
-			if err != nil {
-				logf("%s / %s failed after %v: %v", sc.name, sys.Name(), time.Since(t).Round(time.Millisecond), err)
-				r.setErr(sys.Name(), err)
-			} else {
-				logf("%s / %s: %.4g %s (%v)", sc.name, sys.Name(), m.value, sc.unit, time.Since(t).Round(time.Millisecond))
-				r.set(sys.Name(), &m)
-			}
-			settle()
-		}
+		r.finish()
 		rep.rows = append(rep.rows, r)
 	}
 	rep.end = time.Now()
@@ -282,6 +252,61 @@ func main() {
 		if err := rep.writeJSON(*jsonOut); err != nil {
 			fatal(err)
 		}
+	}
+}
+
+// runRound runs scenario sc once on every system of syss, into r: round j
+// (from 0) of p.rounds, with the k-th alternation of which system goes
+// first. Quorumlock's profiles (prof: the file prefixes of -cpuprofile and
+// the others) cover its first round only.
+func runRound(r *row, sc scenario, syss []system, p *params, k, j int, base string, prof profiler) {
+	label := sc.name
+	if p.rounds > 1 {
+		label = fmt.Sprintf("%s (round %d/%d)", sc.name, j+1, p.rounds)
+	}
+	if sc.name == "latency_1" {
+		ds, err := fsyncLatency(base, 2000, 3*time.Second)
+		if err != nil {
+			fatal(err)
+		}
+		p50, p99 := ms(percentile(ds, 50)), ms(percentile(ds, 99))
+		r.addFsync(p50, p99)
+		logf("fsync (write 100 B + fdatasync, %d samples): p50 %.3f ms, p99 %.3f ms", len(ds), p50, p99)
+	}
+	// Alternate which system goes first.
+	order := slices.Clone(syss)
+	if k%2 == 1 {
+		slices.Reverse(order)
+	}
+	for _, sys := range order {
+		logf("%s / %s ...", label, sys.Name())
+		sp := *p
+		sp.prof = nil
+		if sys.Name() == "ours" && j == 0 {
+			pr := prof
+			pr.scenario = sc.name
+			sp.prof = &pr
+		}
+		budget := 10 * time.Minute
+		if p.quick {
+			budget = 90 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		t, load0 := time.Now(), loadAvg()
+		m, err := sc.run(ctx, sys, &sp)
+		cancel()
+		sp.prof.stop()
+		if err == nil {
+			m.extra["loadavg_before"], m.extra["loadavg_after"] = load0, loadAvg()
+		}
+		if err != nil {
+			logf("%s / %s failed after %v: %v", label, sys.Name(), time.Since(t).Round(time.Millisecond), err)
+			r.add(sys.Name(), nil, err)
+		} else {
+			logf("%s / %s: %.4g %s (%v)", label, sys.Name(), m.value, sc.unit, time.Since(t).Round(time.Millisecond))
+			r.add(sys.Name(), &m, nil)
+		}
+		settle()
 	}
 }
 

@@ -1,40 +1,137 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
-// row is one scenario's results.
+// row is one scenario's results. With -rounds N each system runs the
+// scenario N times; add collects the rounds and finish sets ours and etcd
+// to the median round.
 type row struct {
 	sc                 scenario
 	ours, etcd         *measure
 	oursErr, etcdErr   error
-	fsyncP50, fsyncP99 float64 // ms; latency_1 only
+	fsyncP50, fsyncP99 float64 // ms; latency_1 only (median over rounds)
+
+	// Every round, in order: the measure (nil where the round failed) and
+	// the error (nil where it succeeded); fsync probe p50s and p99s.
+	oursRuns, etcdRuns []*measure
+	oursErrs, etcdErrs []error
+	fsyncP50s          []float64
+	fsyncP99s          []float64
 }
 
-func (r *row) set(sys string, m *measure) {
+// add records one round of sys: m, or err if the round failed.
+func (r *row) add(sys string, m *measure, err error) {
+	if err != nil {
+		m = nil
+	}
 	if sys == "ours" {
-		r.ours = m
+		r.oursRuns, r.oursErrs = append(r.oursRuns, m), append(r.oursErrs, err)
 	} else {
-		r.etcd = m
+		r.etcdRuns, r.etcdErrs = append(r.etcdRuns, m), append(r.etcdErrs, err)
 	}
 }
 
-func (r *row) setErr(sys string, err error) {
-	if sys == "ours" {
-		r.oursErr = err
-	} else {
-		r.etcdErr = err
+// addFsync records one round's fsync probe (latency_1), in ms.
+func (r *row) addFsync(p50, p99 float64) {
+	r.fsyncP50s, r.fsyncP99s = append(r.fsyncP50s, p50), append(r.fsyncP99s, p99)
+}
+
+// finish sets each system's result from its rounds: the median round
+// (median), or its first error when no round succeeded; and the fsync
+// probe's p50 and p99 to their medians.
+func (r *row) finish() {
+	r.ours, r.oursErr = medianRound(r.oursRuns, r.oursErrs)
+	r.etcd, r.etcdErr = medianRound(r.etcdRuns, r.etcdErrs)
+	r.fsyncP50, r.fsyncP99 = medianFloat(r.fsyncP50s), medianFloat(r.fsyncP99s)
+}
+
+func medianRound(runs []*measure, errs []error) (*measure, error) {
+	if m := median(runs); m != nil {
+		return m, nil
 	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// median returns the measure of median value among ms, nil entries (failed
+// rounds) left out: the middle one for an odd count; for an even count a
+// copy of the lower of the two middle ones whose value is their mean. It
+// returns nil if ms holds no measure. ms is not reordered.
+func median(ms []*measure) *measure {
+	var ok []*measure
+	for _, m := range ms {
+		if m != nil {
+			ok = append(ok, m)
+		}
+	}
+	if len(ok) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(ok, func(a, b *measure) int { return cmp.Compare(a.value, b.value) })
+	mid := ok[(len(ok)-1)/2]
+	if len(ok)%2 == 1 {
+		return mid
+	}
+	m := &measure{value: (mid.value + ok[len(ok)/2].value) / 2, extra: maps.Clone(mid.extra)}
+	return m
+}
+
+// medianFloat returns the median of vs (the mean of the two middle values
+// for an even count), or 0 if vs is empty.
+func medianFloat(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// values returns each round's value, NaN where the round failed.
+func values(ms []*measure) []float64 {
+	out := make([]float64, len(ms))
+	for i, m := range ms {
+		out[i] = math.NaN()
+		if m != nil {
+			out[i] = m.value
+		}
+	}
+	return out
+}
+
+// roundRatios returns ours/etcd for each round in which both succeeded
+// (NaN in the others): the two ran next to each other, so their ratio is
+// the fairest single-round comparison.
+func (r *row) roundRatios() []float64 {
+	n := min(len(r.oursRuns), len(r.etcdRuns))
+	out := make([]float64, n)
+	for i := range n {
+		out[i] = math.NaN()
+		if o, e := r.oursRuns[i], r.etcdRuns[i]; o != nil && e != nil && e.value != 0 {
+			out[i] = o.value / e.value
+		}
+	}
+	return out
 }
 
 func (r *row) ratio() (float64, bool) {
@@ -83,6 +180,9 @@ func (rep *report) print(w io.Writer) {
 	if p.quick {
 		fmt.Fprintf(w, "QUICK RUN: windows %v; heartbeats %d sessions (TTL %v); memory_1m %d locks over %d sessions; expiry_storm %d sessions (TTL %v); %d failovers\n",
 			p.duration, p.hbSessions, p.hbTTL, p.memLocks, p.memSessions, p.stormSessions, p.stormTTL, p.failoverRepeats)
+	}
+	if p.rounds > 1 {
+		fmt.Fprintf(w, "ROUNDS: every scenario ran %d times per system, alternating which went first; the table shows each system's median round, the ratio is of the medians\n", p.rounds)
 	}
 	if p.etcdHBSessions != p.hbSessions || p.etcdStormSessions != p.stormSessions {
 		fmt.Fprintf(w, "ETCD SCALED DOWN: heartbeats %d leases (ours %d), expiry_storm %d leases (ours %d); etcd keepalives and lease grants go through the leader (its best case)\n",
@@ -187,6 +287,23 @@ func (r *row) notes() []string {
 			out = append(out, fmt.Sprint(r.etcd.extra["note"]))
 		}
 	}
+	if len(r.oursRuns) > 1 || len(r.etcdRuns) > 1 {
+		out = append(out, fmt.Sprintf("rounds (the table shows each system's median; load and other notes are the median round's): ours %s, etcd %s, ratio per round %s",
+			formatList(values(r.oursRuns), format), formatList(values(r.etcdRuns), format),
+			formatList(r.roundRatios(), func(x float64) string { return fmt.Sprintf("%.2fx", x) })))
+		if len(r.fsyncP50s) > 1 {
+			out = append(out, "fsync probe p50 ms per round: "+formatList(r.fsyncP50s, format))
+		}
+		for _, f := range []struct {
+			sys  string
+			m    *measure
+			errs []error
+		}{{"ours", r.ours, r.oursErrs}, {"etcd", r.etcd, r.etcdErrs}} {
+			if n, first := countErrs(f.errs); n > 0 && f.m != nil {
+				out = append(out, fmt.Sprintf("%s failed in %d of %d rounds (left out of the median), first: %v", f.sys, n, len(f.errs), first))
+			}
+		}
+	}
 	out = append(out, fmt.Sprintf("machine load (1-min average) before->after: ours %s->%s, etcd %s->%s",
 		f(r.ours, "loadavg_before"), f(r.ours, "loadavg_after"), f(r.etcd, "loadavg_before"), f(r.etcd, "loadavg_after")))
 	if r.oursErr != nil {
@@ -202,6 +319,42 @@ func (r *row) notes() []string {
 		out = append(out, fmt.Sprint("etcd first error: ", r.etcd.extra["first_error"]))
 	}
 	return out
+}
+
+// formatList formats vs as "[a b c]", "-" for a NaN (a failed round).
+func formatList(vs []float64, f func(float64) string) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = "-"
+		if !math.IsNaN(v) {
+			parts[i] = f(v)
+		}
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// jsonList is vs for JSON: null for a NaN (a failed round).
+func jsonList(vs []float64) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		if !math.IsNaN(v) {
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// countErrs returns the number of non-nil errors in errs and the first.
+func countErrs(errs []error) (n int, first error) {
+	for _, err := range errs {
+		if err != nil {
+			if n == 0 {
+				first = err
+			}
+			n++
+		}
+	}
+	return n, first
 }
 
 func (rep *report) writeJSON(path string) error {
@@ -223,6 +376,7 @@ func (rep *report) writeJSON(path string) error {
 			"expiry_storm": map[string]any{"sessions": p.stormSessions, "etcd_sessions": p.etcdStormSessions,
 				"ttl_s": p.stormTTL.Seconds()},
 			"failover_repeats": p.failoverRepeats,
+			"rounds":           p.rounds,
 		},
 	}
 	scs := map[string]any{}
@@ -256,6 +410,13 @@ func (rep *report) writeJSON(path string) error {
 		}
 		if r.fsyncP50 > 0 {
 			e["fsync_p50_ms"], e["fsync_p99_ms"] = r.fsyncP50, r.fsyncP99
+		}
+		if p.rounds > 1 {
+			e["ours_rounds"], e["etcd_rounds"] = jsonList(values(r.oursRuns)), jsonList(values(r.etcdRuns))
+			e["ratio_rounds"] = jsonList(r.roundRatios())
+			if len(r.fsyncP50s) > 0 {
+				e["fsync_p50_ms_rounds"] = r.fsyncP50s
+			}
 		}
 		scs[r.sc.name] = e
 	}
