@@ -1299,13 +1299,29 @@ func (n *Node) issueReads() {
 
 // tickReads retries rounds that went unanswered for an election timeout
 // (raft drops a read index request silently when there is no leader).
+//
+// A round unanswered for an election timeout is sent again under its own
+// context, not replaced by a new one: its first send may have been lost
+// (a leader that stepped down drops it), or may only be slow, and an answer
+// to either send then answers the round (each was issued after every
+// request of the round arrived, so either confirms a leadership after the
+// calls began). Replacing it made a late answer useless: with a round trip
+// to the leader longer than an election timeout, every round was replaced
+// before its answer came and the replica's reads never returned.
 func (n *Node) tickReads() {
 	for seq, r := range n.inflight {
 		r.issued++
-		if r.issued >= n.cfg.ElectionTicks {
-			delete(n.inflight, seq)
-			n.pending = append(n.pending, keepReads(r.reqs)...)
+		if r.issued < n.cfg.ElectionTicks {
+			continue
 		}
+		if r.reqs = keepReads(r.reqs); len(r.reqs) == 0 {
+			delete(n.inflight, seq)
+			continue
+		}
+		r.issued = 0
+		var ctx [8]byte
+		binary.BigEndian.PutUint64(ctx[:], seq)
+		n.rn.ReadIndex(ctx[:])
 	}
 }
 
