@@ -267,7 +267,7 @@ func (c *Cluster) Partition(groups ...[]uint64) { c.Net.Partition(groups...) }
 func (c *Cluster) Cut(from, to uint64) { c.Net.Cut(from, to) }
 
 // Delay delays every write on the link from -> to by d until Heal
-// (Network.SetDelay).
+// (Network.SetDelay, which says how the delay adds up).
 func (c *Cluster) Delay(from, to uint64, d time.Duration) { c.Net.SetDelay(from, to, d) }
 
 // Drop makes each write on the link from -> to fail with probability p
