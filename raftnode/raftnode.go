@@ -318,12 +318,33 @@ type readRequest struct {
 	// drops such a request instead of carrying it into another round
 	// (see keepReads), closing done.
 	abandoned atomic.Bool
+	// finished: done is closed (the run goroutine's alone). A request
+	// can be in two rounds at once: a retired one and its successor.
+	finished bool
+}
+
+// finish answers q once; later calls do nothing.
+func (q *readRequest) finish(index uint64, err error) {
+	if q.finished {
+		return
+	}
+	q.finished = true
+	q.index, q.err = index, err
+	close(q.done)
 }
 
 type readRound struct {
 	reqs   []*readRequest
 	issued int // ticks since issue
+	// retired: unanswered for an election timeout, its requests went on to
+	// a new round; it stays answerable until retiredReadTimeouts election
+	// timeouts after it was issued (see tickReads).
+	retired bool
 }
+
+// retiredReadTimeouts is how many election timeouts a retired read round
+// waits for a late answer.
+const retiredReadTimeouts = 8
 
 type appliedWaiter struct {
 	index uint64
@@ -1299,12 +1320,32 @@ func (n *Node) issueReads() {
 
 // tickReads retries rounds that went unanswered for an election timeout
 // (raft drops a read index request silently when there is no leader).
+//
+// Its requests go on to a new round (timed-out rounds share one), but the
+// old round is retired, not dropped: it was only slow, perhaps, and its
+// answer, should it come within retiredReadTimeouts election timeouts of
+// its issue, answers them as well as the new round's would (it was issued after each
+// of them arrived, so it confirms a leadership after the calls began).
+// Dropping it made a late answer useless: with a round trip to the leader
+// longer than an election timeout, every round was replaced before its
+// answer came and the replica's reads never returned.
 func (n *Node) tickReads() {
 	for seq, r := range n.inflight {
 		r.issued++
-		if r.issued >= n.cfg.ElectionTicks {
-			delete(n.inflight, seq)
-			n.pending = append(n.pending, keepReads(r.reqs)...)
+		switch {
+		case r.retired:
+			if r.issued >= retiredReadTimeouts*n.cfg.ElectionTicks {
+				delete(n.inflight, seq)
+			}
+		case r.issued >= n.cfg.ElectionTicks:
+			r.retired = true
+			if r.reqs = keepReads(r.reqs); len(r.reqs) == 0 {
+				delete(n.inflight, seq)
+				continue
+			}
+			// The new round gets copies of the pointers: keepReads
+			// compacts a round's slice in place.
+			n.pending = append(n.pending, r.reqs...)
 		}
 	}
 }
@@ -1317,9 +1358,11 @@ func (n *Node) tickReads() {
 func keepReads(reqs []*readRequest) []*readRequest {
 	kept := reqs[:0]
 	for _, q := range reqs {
+		if q.finished {
+			continue
+		}
 		if q.abandoned.Load() {
-			q.err = context.Canceled
-			close(q.done)
+			q.finish(0, context.Canceled)
 			continue
 		}
 		kept = append(kept, q)
@@ -1332,13 +1375,11 @@ func (n *Node) failReads(err error) {
 	for seq, r := range n.inflight {
 		delete(n.inflight, seq)
 		for _, q := range r.reqs {
-			q.err = err
-			close(q.done)
+			q.finish(0, err)
 		}
 	}
 	for _, q := range n.pending {
-		q.err = err
-		close(q.done)
+		q.finish(0, err)
 	}
 	n.pending = nil
 }
@@ -1484,19 +1525,21 @@ func (n *Node) commit(rd *raft.Ready) {
 		if r, ok := n.inflight[seq]; ok {
 			delete(n.inflight, seq)
 			for _, q := range r.reqs {
-				q.index = rs.Index
-				close(q.done)
+				q.finish(rs.Index, nil)
 			}
 		}
 	}
 	// A leader became known (again): rounds issued before may have been
 	// dropped (raft drops a read index request without a leader, and a
 	// candidate's), so issue them again now rather than an election timeout
-	// later. An answer to the old round is ignored.
+	// later. An answer to the old round is ignored. (A retired round's
+	// requests are in a later round already.)
 	if rd.SoftState != nil && rd.SoftState.Lead != 0 && len(n.inflight) > 0 {
 		for seq, r := range n.inflight {
 			delete(n.inflight, seq)
-			n.pending = append(n.pending, keepReads(r.reqs)...)
+			if !r.retired {
+				n.pending = append(n.pending, keepReads(r.reqs)...)
+			}
 		}
 		n.issueReads()
 	}

@@ -257,3 +257,19 @@ func (c *Cluster) Isolate(id uint64) { c.Net.Isolate(id, c.ids) }
 
 // Heal lifts every network fault.
 func (c *Cluster) Heal() { c.Net.Heal() }
+
+// Partition splits the replicas into groups that cannot reach each other,
+// both ways (Network.Partition): the cluster's own name for the fault the
+// core issue lists next to stop and restart.
+func (c *Cluster) Partition(groups ...[]uint64) { c.Net.Partition(groups...) }
+
+// Cut makes the link from -> to lose everything until Heal (Network.Cut).
+func (c *Cluster) Cut(from, to uint64) { c.Net.Cut(from, to) }
+
+// Delay delays every write on the link from -> to by d until Heal
+// (Network.SetDelay, which says how the delay adds up).
+func (c *Cluster) Delay(from, to uint64, d time.Duration) { c.Net.SetDelay(from, to, d) }
+
+// Drop makes each write on the link from -> to fail with probability p
+// until Heal (Network.SetDrop).
+func (c *Cluster) Drop(from, to uint64, p float64) { c.Net.SetDrop(from, to, p) }

@@ -131,7 +131,13 @@ func (nw *Network) Isolate(id uint64, others []uint64) {
 	nw.Partition([]uint64{id}, rest)
 }
 
-// SetDelay delays every write on the link from -> to by d.
+// SetDelay delays every write on the link from -> to by d. The delay is
+// taken in the writer, one write after another, and the same wait applies
+// to each read of a connection that to dialed to from (faults act on the
+// dialing side: see Dialer). So a message can wait up to about 2d (it
+// queues behind the write or read in progress), and a connection carries
+// at most one write per d: keep d well below the election timeout, or the
+// link is slower than raft's timing assumptions.
 func (nw *Network) SetDelay(from, to uint64, d time.Duration) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
