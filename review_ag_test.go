@@ -180,7 +180,11 @@ func (a *agLoad) run(s *quorumlock.Session, where string, stop <-chan struct{}, 
 		// (ErrUnknownOutcome) is settled by releasing again, as Release's
 		// doc says, or the session's next Acquire of the name would get
 		// the same grant back.
-		for {
+		for try := 1; ; try++ {
+			if try > 4 {
+				a.fail("%s: Release(%s) token %d session %d: no outcome in %d tries", where, name, l.Token(), s.ID(), try-1)
+				return
+			}
 			rctx, rcancel := context.WithTimeout(context.Background(), callBudget)
 			start = time.Now()
 			err = l.Release(rctx)
@@ -227,8 +231,9 @@ func agSessions(t *testing.T, nodes []*quorumlock.Node, n int) []*quorumlock.Ses
 }
 
 // TestReviewAGLoadWithCPUHog: 5 default replicas, 30 sessions spread over
-// them doing Acquire/Release on 4 shared names for 4 s while goroutines spin
-// on every core. No session may end, no lock may be lost, holders exclude
+// them doing Acquire/Release on 4 shared names for 10 s (a whole lease: a
+// session whose heartbeats starve would end within it) while goroutines
+// spin on every core. No session may end, no lock may be lost, holders exclude
 // each other, tokens grow per name, every call returns within its ctx, and
 // nothing is wrong so the leader must not change (no election: the term is
 // the same at the end).
@@ -239,7 +244,7 @@ func TestReviewAGLoadWithCPUHog(t *testing.T) {
 	term := agMaxTerm(nodes, nil)
 
 	hogN := agHogN()
-	hog := agHog(hogN, 10*time.Second)
+	hog := agHog(hogN, 15*time.Second)
 	defer hog()
 	load := newAGLoad("a", "b", "c", "d")
 	stop := make(chan struct{})
@@ -249,7 +254,7 @@ func TestReviewAGLoadWithCPUHog(t *testing.T) {
 			load.run(s, fmt.Sprintf("session %d on replica %d", s.ID(), nodes[i%len(nodes)].ID()), stop, func(error) bool { return false })
 		})
 	}
-	time.Sleep(4 * time.Second)
+	time.Sleep(10 * time.Second)
 	close(stop)
 	wg.Wait()
 	hog()
@@ -347,6 +352,7 @@ func TestReviewAGFailoverUnderLoad(t *testing.T) {
 // stopping, and every surviving observer's stream never goes back and ends
 // on the last leader.
 func TestReviewAGElectUnderLoad(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
 	nodes := agCluster(t, 5)
 	specLeader(t, nodes)
 	hog := agHog(agHogN(), 30*time.Second)
@@ -387,11 +393,13 @@ func TestReviewAGElectUnderLoad(t *testing.T) {
 		}()
 	}
 	stopped := map[int]bool{}
+	pending := len(nodes) // Elect calls that have not returned
 	next := func(what string) won {
 		t.Helper()
 		for {
 			select {
 			case w := <-results:
+				pending--
 				if w.err != nil {
 					if !stopped[w.idx] {
 						t.Fatalf("%s: Elect on running replica %d: %v", what, nodes[w.idx].ID(), w.err)
@@ -488,4 +496,29 @@ func TestReviewAGElectUnderLoad(t *testing.T) {
 		}
 	}
 	last.ld.Resign(testCtx(t, 10*time.Second))
+
+	// Closing every replica with candidates still waiting on some of them
+	// ends their Elect calls and leaves no goroutine behind.
+	for i, n := range nodes {
+		start := time.Now()
+		n.Close()
+		if took := time.Since(start); took > 15*time.Second {
+			t.Errorf("Close of replica %d took %v", nodes[i].ID(), took)
+		}
+	}
+	for range pending {
+		select {
+		case w := <-results:
+			// A candidate may have won after the last Resign; its
+			// leadership ended with its replica.
+			if w.err == nil && !closed(w.ld.Done()) {
+				t.Errorf("replica %d leads the role after Close", nodes[w.idx].ID())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an Elect call did not return after its replica closed")
+		}
+	}
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("goroutines left after every replica closed: %v", err)
+	}
 }
