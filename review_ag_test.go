@@ -274,8 +274,9 @@ func TestReviewAGLoadWithCPUHog(t *testing.T) {
 // replica) in Acquire/Release loops while goroutines spin on every core; the
 // leader is closed (graceful hand-over), later the new leader is hard-closed.
 // Only the sessions of the stopped replicas may end; every other session
-// keeps working with no error but its ctx's, mutual exclusion and growing
-// tokens hold throughout, both Close calls return (bounded generously: a
+// keeps working with no error but its ctx's (and sessions opened and closed
+// meanwhile on the running replicas), mutual exclusion and growing tokens
+// hold throughout, both Close calls return (bounded generously: a
 // hang check, not a performance one), and once every replica is closed no
 // goroutine is left behind.
 func TestReviewAGFailoverUnderLoad(t *testing.T) {
@@ -299,6 +300,27 @@ func TestReviewAGFailoverUnderLoad(t *testing.T) {
 			})
 		})
 	}
+	// Meanwhile sessions come and go on every replica: NewSession and
+	// Session.Close must work throughout on the running ones.
+	wg.Go(func() {
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			r := k % len(nodes)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			s, err := nodes[r].NewSession(ctx)
+			if err == nil {
+				err = s.Close(ctx)
+			}
+			cancel()
+			if err != nil && !stopped[r].Load() {
+				load.fail("NewSession/Close on running replica %d: %v", nodes[r].ID(), err)
+			}
+		}
+	})
 	skip := map[int]bool{}
 	stopLeader := func(how string, close func(*quorumlock.Node) error) {
 		time.Sleep(1500 * time.Millisecond)
@@ -330,8 +352,11 @@ func TestReviewAGFailoverUnderLoad(t *testing.T) {
 			t.Errorf("session %d on running replica %d ended: %v", s.ID(), nodes[r].ID(), s.Err())
 		}
 	}
-	for _, s := range sessions {
-		s.Close(testCtx(t, 10*time.Second))
+	for i, s := range sessions {
+		err := s.Close(testCtx(t, 10*time.Second))
+		if r := i % len(nodes); !skip[r] && err != nil {
+			t.Errorf("Close of session %d on running replica %d: %v", s.ID(), nodes[r].ID(), err)
+		}
 	}
 	for _, n := range nodes {
 		n.Close()
