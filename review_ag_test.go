@@ -547,3 +547,64 @@ func TestReviewAGElectUnderLoad(t *testing.T) {
 		t.Errorf("goroutines left after every replica closed: %v", err)
 	}
 }
+
+// TestReviewAGClientFailoverUnderLoad: a remote Client dialled with its
+// defaults runs 20 sessions in Acquire/Release loops against 5 default
+// replicas while goroutines spin on every core; the leader is closed, then
+// the new leader is hard-closed. No client session may end (the cluster
+// keeps a quorum throughout), every call fails only by its ctx, mutual
+// exclusion and growing tokens hold, and after the sessions, the client and
+// the replicas close no goroutine is left.
+func TestReviewAGClientFailoverUnderLoad(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	nodes := agCluster(t, 5)
+	specLeader(t, nodes)
+	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), specAddrs(nodes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	hog := agHog(agHogN(), 30*time.Second)
+	defer hog()
+	load := newAGLoad("a", "b", "c")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	sessions := make([]*quorumlock.Session, 20)
+	for k := range sessions {
+		s := specSession(testCtx(t, 10*time.Second), t, cl)
+		sessions[k] = s
+		wg.Go(func() {
+			load.run(s, fmt.Sprintf("client session %d", s.ID()), stop, func(error) bool { return false })
+		})
+	}
+	skip := map[int]bool{}
+	for _, stopLeader := range []func(*quorumlock.Node) error{(*quorumlock.Node).Close, (*quorumlock.Node).HardClose} {
+		time.Sleep(1500 * time.Millisecond)
+		lead := specLeader(t, nodes, slices.Collect(maps.Keys(skip))...)
+		skip[lead] = true
+		stopLeader(nodes[lead])
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	hog()
+
+	load.check(t)
+	for _, s := range sessions {
+		if closed(s.Done()) {
+			t.Errorf("client session %d ended: %v", s.ID(), s.Err())
+		}
+		if err := s.Close(testCtx(t, 10*time.Second)); err != nil {
+			t.Errorf("Close of client session %d: %v", s.ID(), err)
+		}
+	}
+	if err := cl.Close(); err != nil {
+		t.Errorf("Client.Close: %v", err)
+	}
+	for _, n := range nodes {
+		n.Close()
+	}
+	if err := goleak.Find(ignore); err != nil {
+		t.Errorf("goroutines left after the client and every replica closed: %v", err)
+	}
+}
