@@ -60,7 +60,9 @@ var (
 	// Acquire, TryAcquire and Session.Elect (and Node.Elect and
 	// Client.Elect) when ctx ended before the call was answered and the
 	// cluster could not confirm the request's withdrawal in time (no
-	// leader: an election, a partition, no quorum). The call did not get
+	// leader: an election, a partition, no quorum; or a machine so loaded
+	// that the round trip to the leader takes longer than the time left).
+	// The call did not get
 	// the lock (or role); a Lock of it that the session already held stays
 	// held. The session stays alive and keeps its other locks; it goes on
 	// withdrawing in the background and releases a grant that won the race.

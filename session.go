@@ -477,7 +477,8 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // (settling gets at least 50 ms, which may pass a deadline closer than
 // that); after a cancellation (before the deadline, if any) it takes up
 // to an election timeout more. If the cluster cannot confirm the withdrawal in
-// that time (no leader: an election, a partition, no quorum), Acquire
+// that time (no leader: an election, a partition, no quorum; or a machine
+// so loaded that the round trip to the leader takes longer), Acquire
 // returns ctx's error joined with ErrWithdrawPending: the caller does not
 // hold the lock, and the session, alive with its other locks, withdraws in
 // the background (releasing a grant that won the race) once a leader
