@@ -487,7 +487,9 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 //
 // Calls of one session for the same name share the session's place in the
 // queue: when one stops waiting while another still waits, it leaves the
-// place to it (taking back only its own request), and while one withdraws
+// place to it (taking back only its own request; if that request was
+// granted a free lock meanwhile, the call returns the grant, as when a
+// grant wins the race), and while one withdraws
 // the place, a new call waits for the withdrawal before it queues. An
 // Acquire answered with a grant that a concurrent Release of this session
 // freed returns ErrNotHeld.
@@ -657,13 +659,18 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 				// same place; it settles the place when it stops waiting.
 				// This request only is taken back, so that a late copy of
 				// it (still on its way to the leader) cannot queue the
-				// session again after that.
+				// session again after that. If it was applied, it may
+				// have been granted a free lock, which the waiting call
+				// need not learn of (its answer may be one it got
+				// before, of a grant released since): the settling asks
+				// for this request's outcome again (recheck).
+				recheck := &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value, NoWait: true}
 				var l *Lock
-				l, handed, err = s.settle(ctx, "", seq)
+				l, handed, err = s.settle(ctx, name, seq, recheck)
 				return l, err
 			}
 			var l *Lock
-			l, handed, err = s.settle(ctx, name, seq)
+			l, handed, err = s.settle(ctx, name, seq, nil)
 			if !handed {
 				s.settledPlace(name)
 			}
@@ -718,22 +725,26 @@ func settleReserve(grace, remaining time.Duration) time.Duration {
 	return max(0, min(grace/4, remaining/10))
 }
 
-// settle withdraws the acquire target after its caller stopped waiting,
-// and reports the outcome: the grant, if it won the race, or ctx's error
-// with the request out of the queue. It has until ctx's deadline (at least
+// settle withdraws the acquire target of name after its caller stopped
+// waiting, and reports the outcome: the grant, if it won the race, or
+// ctx's error with the request out of the queue. It has until ctx's deadline (at least
 // minSettle), or after a cancellation settleGrace (cut to the time left
 // until the deadline, if ctx has one, but not below minSettle unless
 // settleGrace is shorter). If the withdrawal is not
 // answered in that time (no leader yet: an election, a partition), the
 // caller gets ctx's error all the same, and the withdrawal goes on in the
-// background (handed reports it: it then owns target's number and, with a
-// name, the withdrawal of the place, see settleLater): the session keeps
+// background (handed reports it: it then owns target's number and, without
+// recheck, the withdrawal of the place, see settleLater): the session keeps
 // its other locks, which a leaderless window shorter than the TTL must not
-// cost it. With an empty name only the request is taken back (if not
-// applied yet, it never will be), and the session keeps its place in the
-// queue. A withdrawal the cluster refuses (a limit) abandons the session:
-// whether it is still queued is unknown.
-func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lock, handed bool, err error) {
+// cost it. With recheck (target's acquire again, with NoWait) only the
+// request is taken back (if not applied yet, it never will be), and the
+// session keeps its place in the queue; since such a withdrawal does not
+// say whether target was applied and granted, recheck then asks for
+// target's outcome (the cluster answers a copy of an applied request with
+// its outcome, a grant the session still holds included). A withdrawal
+// the cluster refuses (a limit) abandons the session: whether it is still
+// queued is unknown.
+func (s *Session) settle(ctx context.Context, name string, target uint64, recheck *lockpb.Request) (l *Lock, handed bool, err error) {
 	budget := s.be.settleGrace()
 	if d, ok := ctx.Deadline(); ok {
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -748,14 +759,26 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lo
 	defer cancel()
 	cause := waitCause(ctx)
 	q := s.nextSeq()
-	req := q.request(&lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name, Target: target})
+	wname := name
+	if recheck != nil {
+		wname = "" // take back target only
+	}
+	req := q.request(&lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: wname, Target: target})
 	resp, err := s.call(sctx, req)
+	if err == nil && recheck != nil && resp.GetCode() == lockpb.Code_CODE_WITHDRAWN {
+		resp, err = s.call(sctx, s.renumbered(target, recheck))
+		if err == nil && (resp.GetCode() != lockpb.Code_CODE_OK || resp.GetQueued()) {
+			// Not granted (taken back before it was applied, refused,
+			// or queued: then the place is the waiting calls').
+			resp = &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}
+		}
+	}
 	if err != nil {
 		if end := s.Err(); end != nil {
 			s.finish(q.seq)
 			return nil, false, errors.Join(cause, end)
 		}
-		if s.settleLater(name, target, q.seq, req) {
+		if s.settleLater(name, target, q.seq, req, recheck) {
 			return nil, true, errors.Join(cause, ErrWithdrawPending)
 		}
 		// The Node or Client is closing: its sessions end with it, and
@@ -780,13 +803,14 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lo
 }
 
 // settleLater re-sends the withdrawal req (seq wseq) of the acquire
-// target in the background until the cluster answers it or the session
-// ends: the caller has been told it did not get the lock, so a grant that
-// won the race is released (by its token) rather than returned. Until then
-// target and wseq stay in flight, and a withdrawal of the place (a name)
-// keeps new waiting calls of the name waiting (settledPlace), as it does
-// while the caller settles. It reports false if the Node or Client is
-// closing (nothing started).
+// target of name in the background until the cluster answers it or the
+// session ends, then, with recheck (req takes back target only), asks for
+// target's outcome as settle does: the caller has been told it did not get
+// the lock, so a grant that won the race is released (by its token) rather
+// than returned. Until then target and wseq stay in flight, and a
+// withdrawal of the place (without recheck) keeps new waiting calls of the
+// name waiting (settledPlace), as it does while the caller settles. It
+// reports false if the Node or Client is closing (nothing started).
 //
 // A refusal for the session's number of requests in flight (a limit) is
 // not final here, as it is for a caller who must be told the outcome now:
@@ -800,11 +824,11 @@ func (s *Session) settle(ctx context.Context, name string, target uint64) (l *Lo
 // 1,024 requests per session the last of them were refused, and abandoning
 // the session then cost it every lock, which the background withdrawal
 // is there to spare it.
-func (s *Session) settleLater(name string, target, wseq uint64, req *lockpb.Request) bool {
+func (s *Session) settleLater(name string, target, wseq uint64, req, recheck *lockpb.Request) bool {
 	return s.hb.background(func() {
 		defer s.finish(target)
 		defer s.finish(wseq)
-		if name != "" {
+		if recheck == nil {
 			defer s.settledPlace(name)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -815,6 +839,16 @@ func (s *Session) settleLater(name string, target, wseq uint64, req *lockpb.Requ
 			resp, err := s.call(ctx, req)
 			if err != nil {
 				return // the session ended: the cluster frees what it held
+			}
+			if recheck != nil && resp.GetCode() == lockpb.Code_CODE_WITHDRAWN {
+				// Taken back; was target applied and granted?
+				if resp, err = s.call(ctx, s.renumbered(target, recheck)); err != nil {
+					return
+				}
+				if resp.GetCode() == lockpb.Code_CODE_OK && !resp.GetQueued() {
+					s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
+				}
+				return
 			}
 			switch resp.GetCode() {
 			case lockpb.Code_CODE_WITHDRAWN:
@@ -827,7 +861,7 @@ func (s *Session) settleLater(name string, target, wseq uint64, req *lockpb.Requ
 					if !s.pause(ctx, retry) {
 						return
 					}
-					req = s.renumbered(wseq, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name, Target: target})
+					req = s.renumbered(wseq, &lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: req.GetName(), Target: target})
 					continue
 				}
 			}
@@ -907,9 +941,14 @@ func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
 		s.mu.Unlock()
 		return
 	}
-	if c := s.acquiring[name]; c != nil {
-		c.released = max(c.released, t)
+	// Kept even with no call of name in flight now: one that starts
+	// before the release applies may be answered with t.
+	c := s.acquiring[name]
+	if c == nil {
+		c = &acquireCalls{}
+		s.acquiring[name] = c
 	}
+	c.released = max(c.released, t)
 	s.mu.Unlock()
 	var refused refusals
 	for {

@@ -1,0 +1,218 @@
+package quorumlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/lockpb"
+)
+
+// A call that stops waiting beside another waiting call of its session
+// leaves the place to it and takes back its own request only. If that
+// request was applied and granted a free lock, the other call need not
+// learn of the grant: its own answer may be an older grant of the place,
+// released since by a third call. The call that stopped must then find the
+// grant itself (it asks for its request's outcome again), or the session
+// holds a lock nobody knows of until it ends (found by
+// TestReviewJSharedSessionStress under load: "the table shows session 5
+// holding token 6245; the session does not know it").
+func TestTakenBackAcquireFindsItsGrant(t *testing.T) {
+	for _, try := range []bool{false, true} {
+		name := "Acquire"
+		if try {
+			name = "TryAcquire"
+		}
+		t.Run(name, func(t *testing.T) {
+			be, _, s := newLeaseHarness(t, true)
+			var (
+				mu       sync.Mutex
+				acquires int
+				lateSeq  uint64 // the acquire granted 9, whose answer is lost
+				held     = map[uint64]bool{5: true}
+				rechecks int
+			)
+			yAnswer := make(chan struct{})
+			be.mu.Lock()
+			be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+				mu.Lock()
+				switch {
+				case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
+					// A copy of the applied acquire: its outcome.
+					rechecks++
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+				case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+					acquires++
+					switch acquires {
+					case 1: // x's first grant
+						mu.Unlock()
+						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
+					case 2: // the waiting call: answered grant 5, late
+						mu.Unlock()
+						<-yAnswer
+						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
+					default: // applied after 5 was released: granted 9, answer lost
+						lateSeq = req.GetSeq()
+						held[9] = true
+						mu.Unlock()
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+				case req.GetOp() == lockpb.Op_OP_RELEASE:
+					delete(held, req.GetToken())
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
+				case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+					mu.Unlock()
+					// The target was applied: nothing to take back.
+					return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+				}
+				mu.Unlock()
+				return nil, errors.New("unexpected request")
+			}
+			be.mu.Unlock()
+
+			ctx := context.Background()
+			l5, err := s.Acquire(ctx, "x")
+			if err != nil || l5.Token() != 5 {
+				t.Fatalf("first Acquire: %v, %v", l5, err)
+			}
+			yErr := make(chan error, 1)
+			go func() {
+				_, err := s.Acquire(ctx, "x")
+				yErr <- err
+			}()
+			eventually(t, "the waiting call in flight", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return acquires == 2
+			})
+			if err := l5.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			var l *Lock
+			if try {
+				l, err = s.TryAcquire(tctx, "x")
+			} else {
+				l, err = s.Acquire(tctx, "x")
+			}
+			cancel()
+			close(yAnswer)
+			if err := <-yErr; !errors.Is(err, ErrNotHeld) {
+				t.Errorf("the waiting call answered with the released grant 5: %v, want ErrNotHeld", err)
+			}
+			mu.Lock()
+			still9, n := held[9], rechecks
+			mu.Unlock()
+			if n != 1 {
+				t.Errorf("%d rechecks of the taken-back acquire, want 1", n)
+			}
+			if err != nil {
+				t.Errorf("the call whose request was granted 9: %v (want the Lock: the grant won the race)", err)
+			} else if l.Token() != 9 {
+				t.Errorf("the call returned token %d, want 9", l.Token())
+			}
+			if still9 {
+				known := false
+				for _, l := range s.Locks() {
+					known = known || (l.Name() == "x" && l.Token() == 9)
+				}
+				if !known {
+					t.Errorf("the cluster holds x with token 9 for the session, which does not know it (Locks %v)", s.Locks())
+				}
+			}
+		})
+	}
+}
+
+// The same when the take-back is not answered in time (ErrWithdrawPending):
+// the background settling asks for the request's outcome once the
+// take-back is answered, and releases the grant the caller was told it did
+// not get.
+func TestTakenBackAcquireGrantReleasedInBackground(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	var (
+		mu        sync.Mutex
+		acquires  int
+		lateSeq   uint64
+		held      = map[uint64]bool{}
+		takeBacks int
+	)
+	yAnswer := make(chan struct{})
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		mu.Lock()
+		switch {
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
+			tok := uint64(0)
+			if held[9] {
+				tok = 9
+			}
+			mu.Unlock()
+			if tok == 0 {
+				return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+			}
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok}, nil
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+			acquires++
+			if acquires == 1 { // the waiting call: answered only at the end
+				mu.Unlock()
+				select {
+				case <-yAnswer:
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			lateSeq = req.GetSeq() // applied: granted 9, answer lost
+			held[9] = true
+			mu.Unlock()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case req.GetOp() == lockpb.Op_OP_RELEASE:
+			delete(held, req.GetToken())
+			mu.Unlock()
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
+		case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+			takeBacks++
+			first := takeBacks == 1
+			mu.Unlock()
+			if first { // no leader answers in time
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+		}
+		mu.Unlock()
+		return nil, errors.New("unexpected request")
+	}
+	be.mu.Unlock()
+
+	ctx, stopY := context.WithCancel(context.Background())
+	defer stopY()
+	go s.Acquire(ctx, "x")
+	eventually(t, "the waiting call in flight", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return acquires == 1
+	})
+	tctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err := s.Acquire(tctx, "x")
+	cancel()
+	if !errors.Is(err, ErrWithdrawPending) {
+		t.Fatalf("Acquire whose take-back was not answered: %v, want ErrWithdrawPending", err)
+	}
+	eventually(t, "the grant the caller did not get released", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !held[9]
+	})
+	for _, l := range s.Locks() {
+		t.Errorf("the session lists %s token %d", l.Name(), l.Token())
+	}
+	close(yAnswer)
+}
