@@ -489,7 +489,8 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // queue: when one stops waiting while another still waits, it leaves the
 // place to it (taking back only its own request; if that request was
 // granted a free lock meanwhile, the call returns the grant, as when a
-// grant wins the race), and while one withdraws
+// grant wins the race), the last call to end without a grant withdraws
+// the place, and while one withdraws
 // the place, a new call waits for the withdrawal before it queues. An
 // Acquire answered with a grant that a concurrent Release of this session
 // freed returns ErrNotHeld.
@@ -537,6 +538,14 @@ type acquireCalls struct {
 	// withdraws.
 	settlers int
 	settled  chan struct{}
+	// placeOwed: a call left the session's place to the others (it took
+	// back its own request only), so the session may be queued for the
+	// name although no call's request is: the answer another waiting call
+	// gets may be of its own request, applied while the session held an
+	// earlier grant. The last waiting call to end without a grant then
+	// withdraws the place (leavePlaceOwed), which clears it; so does a
+	// call that withdraws the place when it stops waiting.
+	placeOwed bool
 }
 
 // enterAcquire registers an acquire call of name (wait: one that queues).
@@ -619,12 +628,55 @@ func (s *Session) leaveQueue(name string, wait bool) bool {
 		c.leaving++
 	}
 	if others > 0 {
+		c.placeOwed = true
 		return true
 	}
+	c.placeOwed = false
 	if c.settlers++; c.settlers == 1 {
 		c.settled = make(chan struct{})
 	}
 	return false
+}
+
+// leavePlaceOwed is leaveQueue for a waiting call of name that was
+// answered without a grant it can return: it counts as leaving, and if a
+// call left the place to the others (placeOwed) and no other call still
+// waits, it must withdraw the place (true: it then counts as a settler
+// until settledPlace), or the session would stay queued with no call to
+// take the grant.
+func (s *Session) leavePlaceOwed(name string) bool {
+	s.mu.Lock()
+	s.acquiring[name].leaving++
+	s.mu.Unlock()
+	return s.claimPlace(name, false)
+}
+
+// claimPlace reports whether the caller must withdraw the session's place
+// in name's queue, as no call waits there to take it: a call left it to the
+// others (placeOwed) and none still waits; or, with orphan, the session's
+// place is known to exist and no call of name is in flight at all. Then
+// the caller counts as a settler (new waiting calls wait for it) until it
+// calls settledPlace.
+func (s *Session) claimPlace(name string, orphan bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.acquiring[name]
+	switch {
+	case c == nil && orphan:
+		c = &acquireCalls{}
+		s.acquiring[name] = c
+	case c == nil, !c.placeOwed && !orphan:
+		return false
+	case c.waiting-c.leaving > 0:
+		// The last of them to end without a grant withdraws it.
+		c.placeOwed = c.placeOwed || orphan
+		return false
+	}
+	c.placeOwed = false
+	if c.settlers++; c.settlers == 1 {
+		c.settled = make(chan struct{})
+	}
+	return true
 }
 
 // acquire takes the lock (or role) key, a checked name; value is kept with
@@ -667,6 +719,17 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 				recheck := &lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: s.id, Name: name, Try: try, Value: value, NoWait: true}
 				var l *Lock
 				l, handed, err = s.settle(ctx, name, seq, recheck)
+				if l == nil && !handed && s.Err() == nil && s.claimPlace(name, false) {
+					// The calls it was left to have all ended meanwhile.
+					var placed *Lock
+					placed, handed, _ = s.settle(ctx, name, seq, nil)
+					if !handed {
+						s.settledPlace(name)
+					}
+					if placed != nil {
+						return placed, nil
+					}
+				}
 				return l, err
 			}
 			var l *Lock
@@ -678,6 +741,32 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 		}
 		return nil, err
 	}
+	l, err := s.answered(name, resp)
+	if err != nil && !try && s.Err() == nil {
+		// (A call that returns a grant needs no such care: the session
+		// held the lock, so it was not queued; a place queued after a
+		// release is seen by the call that left it, see claimPlace.)
+		left = true
+		if s.leavePlaceOwed(name) {
+			var placed *Lock
+			placed, handed, _ = s.settle(ctx, name, seq, nil)
+			if !handed {
+				s.settledPlace(name)
+			}
+			if placed != nil {
+				// The place was granted meanwhile: this call's grant.
+				return placed, nil
+			}
+			if end := s.Err(); end != nil {
+				return nil, end
+			}
+		}
+	}
+	return l, err
+}
+
+// answered is the outcome of an acquire of name answered resp.
+func (s *Session) answered(name string, resp *lockpb.Response) (*Lock, error) {
 	switch resp.GetCode() {
 	case lockpb.Code_CODE_OK:
 		if resp.GetQueued() {
@@ -845,8 +934,18 @@ func (s *Session) settleLater(name string, target, wseq uint64, req, recheck *lo
 				if resp, err = s.call(ctx, s.renumbered(target, recheck)); err != nil {
 					return
 				}
-				if resp.GetCode() == lockpb.Code_CODE_OK && !resp.GetQueued() {
+				switch {
+				case resp.GetCode() == lockpb.Code_CODE_OK && !resp.GetQueued():
 					s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
+				case resp.GetQueued() && s.claimPlace(name, true):
+					// The place target queued is the session's, and the
+					// calls it was left to have all ended: withdraw it.
+					q := s.nextSeq()
+					w := q.request(&lockpb.Request{Op: lockpb.Op_OP_WITHDRAW, Session: s.id, Name: name})
+					if !s.settleLater(name, 0, q.seq, w, nil) {
+						s.finish(q.seq)
+						s.settledPlace(name)
+					}
 				}
 				return
 			}
