@@ -679,6 +679,17 @@ func (s *Session) claimPlace(name string, orphan bool) bool {
 	return true
 }
 
+// withdrawPlace withdraws the session's place in name's queue for the
+// acquire call seq that claimed it (claimPlace), and returns the grant if
+// the place was granted meanwhile; handed as for settle.
+func (s *Session) withdrawPlace(ctx context.Context, name string, seq uint64) (placed *Lock, handed bool) {
+	placed, handed, _ = s.settle(ctx, name, seq, nil)
+	if !handed {
+		s.settledPlace(name)
+	}
+	return placed, handed
+}
+
 // acquire takes the lock (or role) key, a checked name; value is kept with
 // the grant.
 func (s *Session) acquire(ctx context.Context, name string, try bool, value []byte) (*Lock, error) {
@@ -722,11 +733,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 				if l == nil && !handed && s.Err() == nil && s.claimPlace(name, false) {
 					// The calls it was left to have all ended meanwhile.
 					var placed *Lock
-					placed, handed, _ = s.settle(ctx, name, seq, nil)
-					if !handed {
-						s.settledPlace(name)
-					}
-					if placed != nil {
+					if placed, handed = s.withdrawPlace(ctx, name, seq); placed != nil {
 						return placed, nil
 					}
 				}
@@ -749,11 +756,7 @@ func (s *Session) acquire(ctx context.Context, name string, try bool, value []by
 		left = true
 		if s.leavePlaceOwed(name) {
 			var placed *Lock
-			placed, handed, _ = s.settle(ctx, name, seq, nil)
-			if !handed {
-				s.settledPlace(name)
-			}
-			if placed != nil {
+			if placed, handed = s.withdrawPlace(ctx, name, seq); placed != nil {
 				// The place was granted meanwhile: this call's grant.
 				return placed, nil
 			}

@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -308,161 +309,94 @@ func TestLastWaitingCallWithdrawsAPlaceLeftToIt(t *testing.T) {
 // call's success: the other call is granted and returns, its holder
 // releases, and only then is the first call's request applied, queued
 // behind another session. The call that left the place learns that from
-// its recheck, finds no call waiting any more, and withdraws the place.
+// its recheck, finds no call waiting any more, and withdraws the place:
+// at once, or in the background when its take-back was not answered in
+// time (ErrWithdrawPending).
 func TestLeftPlaceWithdrawnWhenItsWaitersAreGone(t *testing.T) {
-	be, _, s := newLeaseHarness(t, true)
-	var (
-		mu       sync.Mutex
-		acquires int
-		lateSeq  uint64
-		queued   bool
-		byName   int
-	)
-	yGo, yDone := make(chan struct{}), make(chan struct{})
-	be.mu.Lock()
-	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		mu.Lock()
-		switch {
-		case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
-			queued = true // applied after the release, behind another session
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
-		case req.GetOp() == lockpb.Op_OP_ACQUIRE:
-			acquires++
-			if acquires == 1 {
+	for _, background := range []bool{false, true} {
+		t.Run(fmt.Sprint("background=", background), func(t *testing.T) {
+			be, _, s := newLeaseHarness(t, true)
+			var (
+				mu        sync.Mutex
+				acquires  int
+				takeBacks int
+				lateSeq   uint64
+				queued    bool
+				byName    int
+			)
+			yGo, yDone := make(chan struct{}), make(chan struct{})
+			be.mu.Lock()
+			be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+				mu.Lock()
+				switch {
+				case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
+					queued = true // applied after the release, behind another session
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
+				case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+					acquires++
+					if acquires == 1 {
+						mu.Unlock()
+						<-yGo
+						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
+					}
+					lateSeq = req.GetSeq()
+					mu.Unlock()
+					<-ctx.Done()
+					return nil, ctx.Err()
+				case req.GetOp() == lockpb.Op_OP_RELEASE:
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
+				case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+					takeBacks++
+					late := background && takeBacks == 1
+					mu.Unlock()
+					if late { // not answered in time
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					close(yGo) // the waiting call is granted, returns and releases
+					<-yDone
+					return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+				case req.GetOp() == lockpb.Op_OP_WITHDRAW:
+					byName++
+					queued = false
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+				}
 				mu.Unlock()
-				<-yGo
-				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
+				return nil, errors.New("unexpected request")
 			}
-			lateSeq = req.GetSeq()
-			mu.Unlock()
-			<-ctx.Done()
-			return nil, ctx.Err()
-		case req.GetOp() == lockpb.Op_OP_RELEASE:
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
-		case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
-			mu.Unlock()
-			close(yGo) // the waiting call is granted, returns and releases
-			<-yDone
-			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-		case req.GetOp() == lockpb.Op_OP_WITHDRAW:
-			byName++
-			queued = false
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-		}
-		mu.Unlock()
-		return nil, errors.New("unexpected request")
-	}
-	be.mu.Unlock()
-	ctx := context.Background()
-	yErr := make(chan error, 1)
-	go func() {
-		defer close(yDone)
-		l, err := s.Acquire(ctx, "x")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		yErr <- err
-	}()
-	eventually(t, "the waiting call in flight", func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 1 })
-	zctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err := s.Acquire(zctx, "x")
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the call that left the place: %v", err)
-	}
-	if err := <-yErr; err != nil {
-		t.Fatalf("the waiting call: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if queued || byName != 1 {
-		t.Errorf("queued %v after %d withdrawals of the place: the session stays queued for x with no call waiting", queued, byName)
-	}
-}
-
-// The same when the call that left the place settles in the background
-// (its take-back was not answered in time): the background settling
-// withdraws the place once its recheck finds it queued with no call left.
-func TestLeftPlaceWithdrawnInBackgroundWhenItsWaitersAreGone(t *testing.T) {
-	be, _, s := newLeaseHarness(t, true)
-	var (
-		mu        sync.Mutex
-		acquires  int
-		takeBacks int
-		lateSeq   uint64
-		queued    bool
-		byName    int
-	)
-	yGo, yDone := make(chan struct{}), make(chan struct{})
-	be.mu.Lock()
-	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		mu.Lock()
-		switch {
-		case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
-			queued = true
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
-		case req.GetOp() == lockpb.Op_OP_ACQUIRE:
-			acquires++
-			if acquires == 1 {
-				mu.Unlock()
-				<-yGo
-				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
+			be.mu.Unlock()
+			ctx := context.Background()
+			yErr := make(chan error, 1)
+			go func() {
+				defer close(yDone)
+				l, err := s.Acquire(ctx, "x")
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				yErr <- err
+			}()
+			eventually(t, "the waiting call in flight", func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 1 })
+			zctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			_, err := s.Acquire(zctx, "x")
+			cancel()
+			want := context.DeadlineExceeded
+			if background {
+				want = ErrWithdrawPending
 			}
-			lateSeq = req.GetSeq()
-			mu.Unlock()
-			<-ctx.Done()
-			return nil, ctx.Err()
-		case req.GetOp() == lockpb.Op_OP_RELEASE:
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
-		case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
-			takeBacks++
-			first := takeBacks == 1
-			mu.Unlock()
-			if first { // not answered in time
-				<-ctx.Done()
-				return nil, ctx.Err()
+			if !errors.Is(err, want) {
+				t.Fatalf("the call that left the place: %v, want %v", err, want)
 			}
-			close(yGo)
-			<-yDone
-			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-		case req.GetOp() == lockpb.Op_OP_WITHDRAW:
-			byName++
-			queued = false
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-		}
-		mu.Unlock()
-		return nil, errors.New("unexpected request")
+			if err := <-yErr; err != nil {
+				t.Fatalf("the waiting call: %v", err)
+			}
+			eventually(t, "the place withdrawn once", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return byName == 1 && !queued
+			})
+		})
 	}
-	be.mu.Unlock()
-	ctx := context.Background()
-	yErr := make(chan error, 1)
-	go func() {
-		defer close(yDone)
-		l, err := s.Acquire(ctx, "x")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		yErr <- err
-	}()
-	eventually(t, "the waiting call in flight", func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 1 })
-	zctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err := s.Acquire(zctx, "x")
-	cancel()
-	if !errors.Is(err, ErrWithdrawPending) {
-		t.Fatalf("the call that left the place: %v, want ErrWithdrawPending", err)
-	}
-	if err := <-yErr; err != nil {
-		t.Fatalf("the waiting call: %v", err)
-	}
-	eventually(t, "the place withdrawn", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return byName == 1 && !queued
-	})
 }
