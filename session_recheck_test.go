@@ -11,6 +11,30 @@ import (
 	"github.com/quorumlock/quorumlock/internal/lockpb"
 )
 
+// waiterBesideReleasedGrant sets up the race of the tests below on a
+// backend that answers the first acquire of "x" with grant 5 and holds the
+// second's answer: the session acquires x (token 5), a second Acquire waits
+// (inFlight reports its request reached the backend), and 5 is released.
+// The waiting call's outcome comes on the returned channel.
+func waiterBesideReleasedGrant(t *testing.T, s *Session, inFlight func() bool) <-chan error {
+	t.Helper()
+	ctx := context.Background()
+	l5, err := s.Acquire(ctx, "x")
+	if err != nil || l5.Token() != 5 {
+		t.Fatalf("first Acquire: %v, %v", l5, err)
+	}
+	yErr := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "x")
+		yErr <- err
+	}()
+	eventually(t, "the waiting call in flight", inFlight)
+	if err := l5.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return yErr
+}
+
 // A call that stops waiting beside another waiting call of its session
 // leaves the place to it and takes back its own request only. If that
 // request was applied and granted a free lock, the other call need not
@@ -77,25 +101,10 @@ func TestTakenBackAcquireFindsItsGrant(t *testing.T) {
 			be.mu.Unlock()
 
 			ctx := context.Background()
-			l5, err := s.Acquire(ctx, "x")
-			if err != nil || l5.Token() != 5 {
-				t.Fatalf("first Acquire: %v, %v", l5, err)
-			}
-			yErr := make(chan error, 1)
-			go func() {
-				_, err := s.Acquire(ctx, "x")
-				yErr <- err
-			}()
-			eventually(t, "the waiting call in flight", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return acquires == 2
-			})
-			if err := l5.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			yErr := waiterBesideReleasedGrant(t, s, func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 2 })
 			tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			var l *Lock
+			var err error
 			if try {
 				l, err = s.TryAcquire(tctx, "x")
 			} else {
@@ -278,16 +287,7 @@ func TestLastWaitingCallWithdrawsAPlaceLeftToIt(t *testing.T) {
 	}
 	be.mu.Unlock()
 	ctx := context.Background()
-	l5, err := s.Acquire(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	yErr := make(chan error, 1)
-	go func() { _, err := s.Acquire(ctx, "x"); yErr <- err }()
-	eventually(t, "y in flight", func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 2 })
-	if err := l5.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	yErr := waiterBesideReleasedGrant(t, s, func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 2 })
 	zctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	_, zerr := s.Acquire(zctx, "x")
 	cancel()
