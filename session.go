@@ -489,8 +489,9 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // queue: when one stops waiting while another still waits, it leaves the
 // place to it (taking back only its own request; if that request was
 // granted a free lock meanwhile, the call returns the grant, as when a
-// grant wins the race), the last call to end without a grant withdraws
-// the place, and while one withdraws
+// grant wins the race, or, settling in the background, leaves it to the
+// calls still waiting or releases it), the last call to end without a
+// grant withdraws the place (and returns the grant it finds), and while one withdraws
 // the place, a new call waits for the withdrawal before it queues. An
 // Acquire answered with a grant that a concurrent Release of this session
 // freed returns ErrNotHeld.
@@ -676,6 +677,27 @@ func (s *Session) claimPlace(name string, orphan bool) bool {
 	if c.settlers++; c.settlers == 1 {
 		c.settled = make(chan struct{})
 	}
+	return true
+}
+
+// leaveGrantToWaiting reports whether the grant of name that a background
+// recheck found (target's outcome: the session holds that grant) is left
+// to calls of the session that still wait for name, rather than released.
+// The answer cannot tell a grant of target's own (a free lock) from the
+// grant of the place target queued in, which the waiting calls are about
+// to take; releasing the latter would free the lock under them (found
+// under -race: TestConcurrentWaitsShareTheQueuePlace). Either grant
+// reaches a waiting call: each is answered with the grant the session
+// holds, or ends without one, and then the last of them withdraws the
+// place by name (placeOwed, set here), which answers with that grant.
+func (s *Session) leaveGrantToWaiting(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.acquiring[name]
+	if c == nil || c.waiting-c.leaving == 0 {
+		return false
+	}
+	c.placeOwed = true
 	return true
 }
 
@@ -899,7 +921,8 @@ func (s *Session) settle(ctx context.Context, name string, target uint64, rechec
 // session ends, then, with recheck (req takes back target only), asks for
 // target's outcome as settle does: the caller has been told it did not get
 // the lock, so a grant that won the race is released (by its token) rather
-// than returned. Until then target and wseq stay in flight, and a
+// than returned, unless other calls of the session still wait for name
+// (then it is theirs, see leaveGrantToWaiting). Until then target and wseq stay in flight, and a
 // withdrawal of the place (without recheck) keeps new waiting calls of the
 // name waiting (settledPlace), as it does while the caller settles. It
 // reports false if the Node or Client is closing (nothing started).
@@ -939,7 +962,9 @@ func (s *Session) settleLater(name string, target, wseq uint64, req, recheck *lo
 				}
 				switch {
 				case resp.GetCode() == lockpb.Code_CODE_OK && !resp.GetQueued():
-					s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
+					if !s.leaveGrantToWaiting(name) {
+						s.releaseUnwanted(ctx, name, Token(resp.GetToken()))
+					}
 				case resp.GetQueued() && s.claimPlace(name, true):
 					// The place target queued is the session's, and the
 					// calls it was left to have all ended: withdraw it.
@@ -1052,6 +1077,16 @@ func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
 	}
 	c.released = max(c.released, t)
 	s.mu.Unlock()
+	defer func() {
+		// Once the release is applied (or the session ended), a call that
+		// starts now cannot be answered with t: the mark is needed no
+		// longer than the calls in flight now.
+		s.mu.Lock()
+		if c := s.acquiring[name]; c != nil && c.n == 0 && c.settlers == 0 {
+			delete(s.acquiring, name)
+		}
+		s.mu.Unlock()
+	}()
 	var refused refusals
 	for {
 		q := s.nextSeq()

@@ -99,8 +99,9 @@ func TestAcquireAnsweredWithAReleasedGrant(t *testing.T) {
 
 // queuedBehindAnother makes be answer as a cluster where another session
 // holds every lock: an acquire waits until *grant closes (then it is
-// granted token 7) or its ctx ends; a withdrawal is answered withdrawn.
-// seen records the requests.
+// granted token 7) or its ctx ends, or, with NoWait (a recheck), is
+// answered at once, queued until then; a withdrawal is answered
+// withdrawn. seen records the requests.
 func queuedBehindAnother(be *fakeBackend, seen *ops, grant *chan struct{}) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
@@ -111,6 +112,14 @@ func queuedBehindAnother(be *fakeBackend, seen *ops, grant *chan struct{}) {
 			be.mu.Lock()
 			g := *grant
 			be.mu.Unlock()
+			if req.GetNoWait() {
+				select {
+				case <-g:
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil
+				default:
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
+				}
+			}
 			select {
 			case <-g:
 				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 7}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,24 +16,42 @@ import (
 // backend that answers the first acquire of "x" with grant 5 and holds the
 // second's answer: the session acquires x (token 5), a second Acquire waits
 // (inFlight reports its request reached the backend), and 5 is released.
-// The waiting call's outcome comes on the returned channel.
-func waiterBesideReleasedGrant(t *testing.T, s *Session, inFlight func() bool) <-chan error {
+// The waiting call's outcome comes on the returned channel (see receive).
+func waiterBesideReleasedGrant(t *testing.T, s *Session, inFlight func() bool) <-chan acquireResult {
 	t.Helper()
 	ctx := context.Background()
 	l5, err := s.Acquire(ctx, "x")
 	if err != nil || l5.Token() != 5 {
 		t.Fatalf("first Acquire: %v, %v", l5, err)
 	}
-	yErr := make(chan error, 1)
+	yErr := make(chan acquireResult, 1)
 	go func() {
-		_, err := s.Acquire(ctx, "x")
-		yErr <- err
+		l, err := s.Acquire(ctx, "x")
+		yErr <- acquireResult{l, err}
 	}()
 	eventually(t, "the waiting call in flight", inFlight)
 	if err := l5.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return yErr
+}
+
+// acquireResult is the outcome of an Acquire run in a goroutine.
+type acquireResult struct {
+	l   *Lock
+	err error
+}
+
+// receive waits (up to 10 s) for the outcome of an Acquire on ch.
+func receive(t *testing.T, ch <-chan acquireResult) (*Lock, error) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r.l, r.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Acquire did not return in 10 s")
+		return nil, nil
+	}
 }
 
 // A call that stops waiting beside another waiting call of its session
@@ -112,7 +131,7 @@ func TestTakenBackAcquireFindsItsGrant(t *testing.T) {
 			}
 			cancel()
 			close(yAnswer)
-			if err := <-yErr; !errors.Is(err, ErrNotHeld) {
+			if _, err := receive(t, yErr); !errors.Is(err, ErrNotHeld) {
 				t.Errorf("the waiting call answered with the released grant 5: %v, want ErrNotHeld", err)
 			}
 			mu.Lock()
@@ -141,90 +160,142 @@ func TestTakenBackAcquireFindsItsGrant(t *testing.T) {
 
 // The same when the take-back is not answered in time (ErrWithdrawPending):
 // the background settling asks for the request's outcome once the
-// take-back is answered, and releases the grant the caller was told it did
-// not get.
+// take-back is answered. The caller was told it did not get the lock, so
+// a grant found then is released, if no call of the session still waits
+// for the name. If one does, the grant is left to it: the answer cannot
+// tell a grant of the request's own from the grant of the place it queued
+// in, which the waiting call is about to take (releasing it freed the
+// lock under that call: found under -race, in
+// TestConcurrentWaitsShareTheQueuePlace). The waiting call below is
+// answered with an earlier grant, released since, and still ends with
+// the grant: it withdraws the place left to it, which answers with the
+// grant the session holds.
 func TestTakenBackAcquireGrantReleasedInBackground(t *testing.T) {
-	be, _, s := newLeaseHarness(t, true)
-	var (
-		mu        sync.Mutex
-		acquires  int
-		lateSeq   uint64
-		held      = map[uint64]bool{}
-		takeBacks int
-	)
-	yAnswer := make(chan struct{})
-	be.mu.Lock()
-	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-		mu.Lock()
-		switch {
-		case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
-			tok := uint64(0)
-			if held[9] {
-				tok = 9
-			}
-			mu.Unlock()
-			if tok == 0 {
-				return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-			}
-			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok}, nil
-		case req.GetOp() == lockpb.Op_OP_ACQUIRE:
-			acquires++
-			if acquires == 1 { // the waiting call: answered only at the end
-				mu.Unlock()
-				select {
-				case <-yAnswer:
-					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
-				case <-ctx.Done():
-					return nil, ctx.Err()
+	for _, waiting := range []bool{false, true} {
+		t.Run(fmt.Sprint("call still waiting=", waiting), func(t *testing.T) {
+			be, _, s := newLeaseHarness(t, true)
+			var (
+				mu        sync.Mutex
+				acquires  int
+				lateSeq   uint64 // the acquire granted 9, whose answer is lost
+				held      = map[uint64]bool{5: true}
+				takeBacks int
+				releases  []uint64
+			)
+			yAnswer, applyTarget := make(chan struct{}), make(chan struct{})
+			be.mu.Lock()
+			be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+				mu.Lock()
+				switch {
+				case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
+					// A copy of the applied acquire: its outcome.
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+				case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+					acquires++
+					switch acquires {
+					case 1: // x's first grant
+						mu.Unlock()
+						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
+					case 2: // the waiting call: answered grant 5, late
+						mu.Unlock()
+						<-yAnswer
+						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
+					default: // applied when the take-back is: granted 9, answer lost
+						lateSeq = req.GetSeq()
+						mu.Unlock()
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+				case req.GetOp() == lockpb.Op_OP_RELEASE:
+					releases = append(releases, req.GetToken())
+					delete(held, req.GetToken())
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
+				case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+					takeBacks++
+					first := takeBacks == 1
+					mu.Unlock()
+					if first { // no leader answers in time
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					select {
+					case <-applyTarget:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					mu.Lock()
+					held[9] = true // the target was applied first, on the free lock
+					mu.Unlock()
+					return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+				case req.GetOp() == lockpb.Op_OP_WITHDRAW:
+					// The place, withdrawn by name: the grant the session
+					// holds, if any.
+					tok := uint64(0)
+					if held[9] {
+						tok = 9
+					}
+					mu.Unlock()
+					if tok == 0 {
+						return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+					}
+					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok}, nil
 				}
+				mu.Unlock()
+				return nil, errors.New("unexpected request")
 			}
-			lateSeq = req.GetSeq() // applied: granted 9, answer lost
-			held[9] = true
-			mu.Unlock()
-			<-ctx.Done()
-			return nil, ctx.Err()
-		case req.GetOp() == lockpb.Op_OP_RELEASE:
-			delete(held, req.GetToken())
-			mu.Unlock()
-			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
-		case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
-			takeBacks++
-			first := takeBacks == 1
-			mu.Unlock()
-			if first { // no leader answers in time
-				<-ctx.Done()
-				return nil, ctx.Err()
-			}
-			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-		}
-		mu.Unlock()
-		return nil, errors.New("unexpected request")
-	}
-	be.mu.Unlock()
+			be.mu.Unlock()
 
-	ctx, stopY := context.WithCancel(context.Background())
-	defer stopY()
-	go s.Acquire(ctx, "x")
-	eventually(t, "the waiting call in flight", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return acquires == 1
-	})
-	tctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	_, err := s.Acquire(tctx, "x")
-	cancel()
-	if !errors.Is(err, ErrWithdrawPending) {
-		t.Fatalf("Acquire whose take-back was not answered: %v, want ErrWithdrawPending", err)
+			yErr := waiterBesideReleasedGrant(t, s, func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 2 })
+			tctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			_, err := s.Acquire(tctx, "x")
+			cancel()
+			if !errors.Is(err, ErrWithdrawPending) {
+				t.Fatalf("Acquire whose take-back was not answered: %v, want ErrWithdrawPending", err)
+			}
+			mu.Lock()
+			target := lateSeq
+			mu.Unlock()
+			settled := func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				_, inFlight := s.inflight[target]
+				return !inFlight
+			}
+			if waiting {
+				close(applyTarget)
+				eventually(t, "the background settling finished", settled)
+				close(yAnswer)
+				l, err := receive(t, yErr)
+				if err != nil || l.Token() != 9 {
+					t.Fatalf("the waiting call: %v, %v; want the grant 9 the session holds", l, err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !held[9] || slices.Contains(releases, 9) {
+					t.Errorf("grant 9, left to the waiting call, was released (releases %v)", releases)
+				}
+				return
+			}
+			close(yAnswer)
+			if _, err := receive(t, yErr); !errors.Is(err, ErrNotHeld) {
+				t.Fatalf("the waiting call answered with the released grant 5: %v, want ErrNotHeld", err)
+			}
+			close(applyTarget)
+			eventually(t, "the grant the caller did not get released", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return !held[9]
+			})
+			eventually(t, "the background settling finished", settled)
+			// The released mark outlives no call: none is in flight.
+			eventually(t, "no acquire bookkeeping left", func() bool { return bookkeepingClear(s) })
+			for _, l := range s.Locks() {
+				t.Errorf("the session lists %s token %d", l.Name(), l.Token())
+			}
+		})
 	}
-	eventually(t, "the grant the caller did not get released", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return !held[9]
-	})
-	for _, l := range s.Locks() {
-		t.Errorf("the session lists %s token %d", l.Name(), l.Token())
-	}
-	close(yAnswer)
 }
 
 // A call that stops waiting leaves the session's place to another waiting
@@ -295,7 +366,7 @@ func TestLastWaitingCallWithdrawsAPlaceLeftToIt(t *testing.T) {
 		t.Fatalf("the call that left the place: %v", zerr)
 	}
 	close(yAnswer)
-	if err := <-yErr; !errors.Is(err, ErrNotHeld) {
+	if _, err := receive(t, yErr); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("the waiting call answered with the released grant: %v, want ErrNotHeld", err)
 	}
 	mu.Lock()
