@@ -54,6 +54,93 @@ func receive(t *testing.T, ch <-chan acquireResult) (*Lock, error) {
 	}
 }
 
+// lateGrant scripts a backend for the tests below: x's first acquire is
+// granted 5; the second (the waiting call of waiterBesideReleasedGrant)
+// is answered grant 5 only when yAnswer closes; the third is applied on
+// the free lock, granted 9, and its answer lost (it returns when its ctx
+// ends); a copy of it (a recheck) is answered with that outcome. A
+// take-back is answered by takeBack (n counts them; called without mu),
+// a withdrawal of the place by name with the grant the session holds
+// (9), if any.
+type lateGrant struct {
+	mu       sync.Mutex
+	acquires int
+	lateSeq  uint64 // the acquire granted 9
+	held     map[uint64]bool
+	rechecks int
+	releases []uint64
+	yAnswer  chan struct{}
+	// grantOnArrival: 9 is granted when the third acquire arrives (else
+	// when takeBack says so, by setting held[9] under mu).
+	grantOnArrival bool
+	takeBack       func(ctx context.Context, n int) (*lockpb.Response, error)
+	takeBacks      int
+}
+
+func newLateGrant(be *fakeBackend, grantOnArrival bool, takeBack func(ctx context.Context, n int) (*lockpb.Response, error)) *lateGrant {
+	f := &lateGrant{held: map[uint64]bool{5: true}, yAnswer: make(chan struct{}), grantOnArrival: grantOnArrival, takeBack: takeBack}
+	be.mu.Lock()
+	be.handle = f.handle
+	be.mu.Unlock()
+	return f
+}
+
+func (f *lateGrant) handle(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+	f.mu.Lock()
+	switch {
+	case req.GetOp() == lockpb.Op_OP_ACQUIRE && f.lateSeq != 0 && req.GetSeq() == f.lateSeq:
+		// A copy of the applied acquire: its outcome.
+		f.rechecks++
+		f.mu.Unlock()
+		return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+	case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+		f.acquires++
+		switch f.acquires {
+		case 1: // x's first grant
+			f.mu.Unlock()
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
+		case 2: // the waiting call: answered grant 5, late
+			f.mu.Unlock()
+			<-f.yAnswer
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
+		default: // applied after 5 was released: granted 9, answer lost
+			f.lateSeq = req.GetSeq()
+			if f.grantOnArrival {
+				f.held[9] = true
+			}
+			f.mu.Unlock()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+	case req.GetOp() == lockpb.Op_OP_RELEASE:
+		f.releases = append(f.releases, req.GetToken())
+		delete(f.held, req.GetToken())
+		f.mu.Unlock()
+		return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
+	case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+		f.takeBacks++
+		n := f.takeBacks
+		f.mu.Unlock()
+		return f.takeBack(ctx, n)
+	case req.GetOp() == lockpb.Op_OP_WITHDRAW:
+		held9 := f.held[9]
+		f.mu.Unlock()
+		if held9 {
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+		}
+		return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+	}
+	f.mu.Unlock()
+	return nil, errors.New("unexpected request")
+}
+
+// waiting reports whether the waiting call's acquire is in flight.
+func (f *lateGrant) waiting() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.acquires == 2
+}
+
 // A call that stops waiting beside another waiting call of its session
 // leaves the place to it and takes back its own request only. If that
 // request was applied and granted a free lock, the other call need not
@@ -71,57 +158,12 @@ func TestTakenBackAcquireFindsItsGrant(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			be, _, s := newLeaseHarness(t, true)
-			var (
-				mu       sync.Mutex
-				acquires int
-				lateSeq  uint64 // the acquire granted 9, whose answer is lost
-				held     = map[uint64]bool{5: true}
-				rechecks int
-			)
-			yAnswer := make(chan struct{})
-			be.mu.Lock()
-			be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-				mu.Lock()
-				switch {
-				case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
-					// A copy of the applied acquire: its outcome.
-					rechecks++
-					mu.Unlock()
-					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
-				case req.GetOp() == lockpb.Op_OP_ACQUIRE:
-					acquires++
-					switch acquires {
-					case 1: // x's first grant
-						mu.Unlock()
-						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
-					case 2: // the waiting call: answered grant 5, late
-						mu.Unlock()
-						<-yAnswer
-						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
-					default: // applied after 5 was released: granted 9, answer lost
-						lateSeq = req.GetSeq()
-						held[9] = true
-						mu.Unlock()
-						<-ctx.Done()
-						return nil, ctx.Err()
-					}
-				case req.GetOp() == lockpb.Op_OP_RELEASE:
-					delete(held, req.GetToken())
-					mu.Unlock()
-					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
-				case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
-					mu.Unlock()
-					// The target was applied: nothing to take back.
-					return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-				}
-				mu.Unlock()
-				return nil, errors.New("unexpected request")
-			}
-			be.mu.Unlock()
-
-			ctx := context.Background()
-			yErr := waiterBesideReleasedGrant(t, s, func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 2 })
-			tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			f := newLateGrant(be, true, func(context.Context, int) (*lockpb.Response, error) {
+				// The target was applied: nothing to take back.
+				return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+			})
+			yErr := waiterBesideReleasedGrant(t, s, f.waiting)
+			tctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			var l *Lock
 			var err error
 			if try {
@@ -130,13 +172,20 @@ func TestTakenBackAcquireFindsItsGrant(t *testing.T) {
 				l, err = s.Acquire(tctx, "x")
 			}
 			cancel()
-			close(yAnswer)
-			if _, err := receive(t, yErr); !errors.Is(err, ErrNotHeld) {
-				t.Errorf("the waiting call answered with the released grant 5: %v, want ErrNotHeld", err)
+			close(f.yAnswer)
+			// The waiting call must not return the released grant 5. It
+			// ends with ErrNotHeld, or, having withdrawn the place left to
+			// it, with the grant the session holds: 9, the same Lock.
+			if yl, yerr := receive(t, yErr); yerr == nil {
+				if err != nil || yl != l {
+					t.Errorf("the waiting call returned %v, want ErrNotHeld or the other call's Lock (%v, %v)", yl, l, err)
+				}
+			} else if !errors.Is(yerr, ErrNotHeld) {
+				t.Errorf("the waiting call answered with the released grant 5: %v, want ErrNotHeld", yerr)
 			}
-			mu.Lock()
-			still9, n := held[9], rechecks
-			mu.Unlock()
+			f.mu.Lock()
+			still9, n := f.held[9], f.rechecks
+			f.mu.Unlock()
 			if n != 1 {
 				t.Errorf("%d rechecks of the taken-back acquire, want 1", n)
 			}
@@ -174,89 +223,34 @@ func TestTakenBackAcquireGrantReleasedInBackground(t *testing.T) {
 	for _, waiting := range []bool{false, true} {
 		t.Run(fmt.Sprint("call still waiting=", waiting), func(t *testing.T) {
 			be, _, s := newLeaseHarness(t, true)
-			var (
-				mu        sync.Mutex
-				acquires  int
-				lateSeq   uint64 // the acquire granted 9, whose answer is lost
-				held      = map[uint64]bool{5: true}
-				takeBacks int
-				releases  []uint64
-			)
-			yAnswer, applyTarget := make(chan struct{}), make(chan struct{})
-			be.mu.Lock()
-			be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
-				mu.Lock()
-				switch {
-				case req.GetOp() == lockpb.Op_OP_ACQUIRE && lateSeq != 0 && req.GetSeq() == lateSeq:
-					// A copy of the applied acquire: its outcome.
-					mu.Unlock()
-					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
-				case req.GetOp() == lockpb.Op_OP_ACQUIRE:
-					acquires++
-					switch acquires {
-					case 1: // x's first grant
-						mu.Unlock()
-						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
-					case 2: // the waiting call: answered grant 5, late
-						mu.Unlock()
-						<-yAnswer
-						return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 5}, nil
-					default: // applied when the take-back is: granted 9, answer lost
-						lateSeq = req.GetSeq()
-						mu.Unlock()
-						<-ctx.Done()
-						return nil, ctx.Err()
-					}
-				case req.GetOp() == lockpb.Op_OP_RELEASE:
-					releases = append(releases, req.GetToken())
-					delete(held, req.GetToken())
-					mu.Unlock()
-					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: req.GetToken()}, nil
-				case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
-					takeBacks++
-					first := takeBacks == 1
-					mu.Unlock()
-					if first { // no leader answers in time
-						<-ctx.Done()
-						return nil, ctx.Err()
-					}
-					select {
-					case <-applyTarget:
-					case <-ctx.Done():
-						return nil, ctx.Err()
-					}
-					mu.Lock()
-					held[9] = true // the target was applied first, on the free lock
-					mu.Unlock()
-					return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-				case req.GetOp() == lockpb.Op_OP_WITHDRAW:
-					// The place, withdrawn by name: the grant the session
-					// holds, if any.
-					tok := uint64(0)
-					if held[9] {
-						tok = 9
-					}
-					mu.Unlock()
-					if tok == 0 {
-						return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
-					}
-					return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: tok}, nil
+			applyTarget := make(chan struct{})
+			var f *lateGrant
+			f = newLateGrant(be, false, func(ctx context.Context, n int) (*lockpb.Response, error) {
+				if n == 1 { // no leader answers in time
+					<-ctx.Done()
+					return nil, ctx.Err()
 				}
-				mu.Unlock()
-				return nil, errors.New("unexpected request")
-			}
-			be.mu.Unlock()
+				select {
+				case <-applyTarget:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				f.mu.Lock()
+				f.held[9] = true // the target was applied first, on the free lock
+				f.mu.Unlock()
+				return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+			})
 
-			yErr := waiterBesideReleasedGrant(t, s, func() bool { mu.Lock(); defer mu.Unlock(); return acquires == 2 })
+			yErr := waiterBesideReleasedGrant(t, s, f.waiting)
 			tctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			_, err := s.Acquire(tctx, "x")
 			cancel()
 			if !errors.Is(err, ErrWithdrawPending) {
 				t.Fatalf("Acquire whose take-back was not answered: %v, want ErrWithdrawPending", err)
 			}
-			mu.Lock()
-			target := lateSeq
-			mu.Unlock()
+			f.mu.Lock()
+			target := f.lateSeq
+			f.mu.Unlock()
 			settled := func() bool {
 				s.mu.Lock()
 				defer s.mu.Unlock()
@@ -266,27 +260,27 @@ func TestTakenBackAcquireGrantReleasedInBackground(t *testing.T) {
 			if waiting {
 				close(applyTarget)
 				eventually(t, "the background settling finished", settled)
-				close(yAnswer)
+				close(f.yAnswer)
 				l, err := receive(t, yErr)
 				if err != nil || l.Token() != 9 {
 					t.Fatalf("the waiting call: %v, %v; want the grant 9 the session holds", l, err)
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				if !held[9] || slices.Contains(releases, 9) {
-					t.Errorf("grant 9, left to the waiting call, was released (releases %v)", releases)
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if !f.held[9] || slices.Contains(f.releases, 9) {
+					t.Errorf("grant 9, left to the waiting call, was released (releases %v)", f.releases)
 				}
 				return
 			}
-			close(yAnswer)
+			close(f.yAnswer)
 			if _, err := receive(t, yErr); !errors.Is(err, ErrNotHeld) {
 				t.Fatalf("the waiting call answered with the released grant 5: %v, want ErrNotHeld", err)
 			}
 			close(applyTarget)
 			eventually(t, "the grant the caller did not get released", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return !held[9]
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				return !f.held[9]
 			})
 			eventually(t, "the background settling finished", settled)
 			// The released mark outlives no call: none is in flight.
