@@ -49,18 +49,20 @@ type tableBackend struct {
 
 	pending sync.WaitGroup // commands on their way to the table
 
-	mu     sync.Mutex
-	m      *fsm.Machine
-	index  uint64
-	leader bool
-	up     chan struct{} // closed while a leader is up
-	lost   chan struct{} // closed when the current leadership ends
-	grants map[uint64]map[string][]*tableWaiter
-	tokens map[string]uint64 // the last grant of each name
-	trace  []string          // the last applied commands (for a failure report)
-	bad    []string          // violations found while applying
-	nonce  uint64
-	kinds  map[string]int // commands applied by kind, for the log
+	mu      sync.Mutex
+	m       *fsm.Machine
+	index   uint64
+	leader  bool
+	up      chan struct{} // closed while a leader is up
+	lost    chan struct{} // closed when the current leadership ends
+	grants  map[uint64]map[string][]*tableWaiter
+	tokens  map[string]uint64       // the last grant of each name
+	given   map[aiGrantKey][]uint64 // the grants of each name to each session, in order
+	trace   []string                // the last applied commands (for a failure report)
+	bad     []string                // violations found while applying
+	nonce   uint64
+	kinds   map[string]int       // commands applied by kind, for the log
+	waiting map[*aiCall]struct{} // test calls in their waiting acquire's propose
 }
 
 // tableWaiter is one copy of a request waiting for its answer.
@@ -68,6 +70,20 @@ type tableWaiter struct {
 	grant   chan fsm.Result // the grant of a queued acquire (or NO_SESSION)
 	lost    chan struct{}   // the leadership the acquire was queued under
 	dropped bool            // the caller stopped waiting (guarded by mu)
+}
+
+// aiCallKey is the context key of a test call's aiCall: the backend
+// finds it in the contexts of the call's requests (not in those of the
+// session's background settling).
+type aiCallKey struct{}
+
+// aiCall is what the backend saw of one test call's waiting acquire
+// (guarded by tableBackend.mu).
+type aiCall struct {
+	session uint64
+	name    string
+	applied uint64 // the index its first copy was applied at
+	waiting bool   // its waiting acquire is in propose now
 }
 
 // tableDelivery is how one request travels (see tableBackend).
@@ -84,15 +100,17 @@ func newTableBackend(seed uint64, grace time.Duration) *tableBackend {
 	up := make(chan struct{})
 	close(up)
 	return &tableBackend{
-		grace:  grace,
-		rnd:    rand.New(rand.NewPCG(seed, 0x5eed)),
-		m:      fsm.New(fsm.Limits{}),
-		leader: true,
-		up:     up,
-		lost:   make(chan struct{}),
-		grants: make(map[uint64]map[string][]*tableWaiter),
-		tokens: make(map[string]uint64),
-		kinds:  make(map[string]int),
+		grace:   grace,
+		rnd:     rand.New(rand.NewPCG(seed, 0x5eed)),
+		m:       fsm.New(fsm.Limits{}),
+		leader:  true,
+		up:      up,
+		lost:    make(chan struct{}),
+		grants:  make(map[uint64]map[string][]*tableWaiter),
+		tokens:  make(map[string]uint64),
+		kinds:   make(map[string]int),
+		given:   make(map[aiGrantKey][]uint64),
+		waiting: make(map[*aiCall]struct{}),
 	}
 }
 
@@ -189,13 +207,44 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 		return invalid, nil
 	}
 	dl := b.plan()
+	call, fg := ctx.Value(aiCallKey{}).(*aiCall)
+	if !waitGrant {
+		call = nil
+	}
+	if call != nil {
+		b.mu.Lock()
+		call.session, call.name, call.waiting = cmd.Session, cmd.Name, true
+		b.waiting[call] = struct{}{}
+		b.mu.Unlock()
+		defer func() {
+			b.mu.Lock()
+			call.waiting = false
+			delete(b.waiting, call)
+			b.mu.Unlock()
+		}()
+	}
+	answer := func(r fsm.Result) (*lockpb.Response, error) {
+		b.mu.Lock()
+		where := "background "
+		if fg {
+			where = ""
+		}
+		switch {
+		case req.GetNoWait():
+			b.kinds[fmt.Sprintf("%srecheck code %d", where, r.Code)]++
+		case cmd.Op == fsm.OpRelease && !fg && r.Code == fsm.CodeOK:
+			b.kinds["background release"]++
+		}
+		b.mu.Unlock()
+		return service.ResponseOf(r), nil
+	}
 	for {
 		w := &tableWaiter{grant: make(chan fsm.Result, 1)}
 		resc := make(chan fsm.Result, 1)
 		b.pending.Add(1)
 		go func() {
 			defer b.pending.Done()
-			b.applyLater(ctx, cmd, waitGrant, dl, w, resc)
+			b.applyLater(ctx, cmd, waitGrant, fg, dl, w, call, resc)
 		}()
 		var res fsm.Result
 		select {
@@ -204,24 +253,9 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 			b.drop(w)
 			return nil, ctx.Err()
 		}
-		if dl.lose {
-			t := time.NewTimer(dl.resend)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				b.drop(w)
-				return nil, ctx.Err()
-			case <-t.C:
-			}
-			// The router sends the same request again.
-			b.drop(w)
-			dl = tableDelivery{}
-			continue
-		}
 		if res.Code == fsm.CodeQueued && waitGrant {
 			select {
-			case g := <-w.grant:
-				return service.ResponseOf(g), nil
+			case res = <-w.grant:
 			case <-ctx.Done():
 				b.drop(w)
 				return nil, ctx.Err()
@@ -232,13 +266,28 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 				continue
 			}
 		}
-		return service.ResponseOf(res), nil
+		if dl.lose {
+			// The answer is lost; the router sends the same request
+			// again after a while, if ctx lives.
+			t := time.NewTimer(dl.resend)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				b.drop(w)
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+			b.drop(w)
+			dl = tableDelivery{}
+			continue
+		}
+		return answer(res)
 	}
 }
 
 // applyLater applies cmd after dl.delay, once a leader is up, unless the
 // caller's ctx ended on the way and dl.late is false (never proposed).
-func (b *tableBackend) applyLater(ctx context.Context, cmd fsm.Command, waitGrant bool, dl tableDelivery, w *tableWaiter, resc chan<- fsm.Result) {
+func (b *tableBackend) applyLater(ctx context.Context, cmd fsm.Command, waitGrant, fg bool, dl tableDelivery, w *tableWaiter, call *aiCall, resc chan<- fsm.Result) {
 	if dl.delay > 0 {
 		time.Sleep(dl.delay)
 	}
@@ -250,6 +299,12 @@ func (b *tableBackend) applyLater(ctx context.Context, cmd fsm.Command, waitGran
 		}
 		if b.leader {
 			res := b.applyLocked(&cmd)
+			if call != nil && call.applied == 0 {
+				call.applied = b.index
+			}
+			if cmd.Op == fsm.OpRelease && !fg && res.Code == fsm.CodeOK {
+				b.releasedInBackgroundLocked(&cmd)
+			}
 			if res.Code == fsm.CodeQueued && waitGrant && !w.dropped {
 				byName := b.grants[cmd.Session]
 				if byName == nil {
@@ -346,6 +401,29 @@ func (b *tableBackend) grantedLocked(session uint64, name string, token uint64) 
 		b.bad = append(b.bad, fmt.Sprintf("%q granted to s%d with token %d after token %d", name, session, token, b.tokens[name]))
 	}
 	b.tokens[name] = token
+	k := aiGrantKey{session, name}
+	b.given[k] = append(b.given[k], token)
+}
+
+// releasedInBackgroundLocked checks a release the session sent on its own
+// (releaseUnwanted: no test call's context) of a grant it found after its
+// caller had been told it did not get the lock: no call of the session may
+// still wait for the name in a request applied before that grant (the
+// grant may be the one of the place that call waits in, which is that
+// call's: leaveGrantToWaiting). A call in its waiting acquire's propose
+// has not stopped waiting. b.mu is held.
+func (b *tableBackend) releasedInBackgroundLocked(cmd *fsm.Command) {
+	for c := range b.waiting {
+		if c.session == cmd.Session && c.name == cmd.Name && c.applied != 0 && c.applied < cmd.Token {
+			b.bad = append(b.bad, fmt.Sprintf("s%d released %q token %d in the background while a call (queued at %d) still waits for it", cmd.Session, cmd.Name, cmd.Token, c.applied))
+		}
+	}
+}
+
+// aiGrantKey is a session's name.
+type aiGrantKey struct {
+	session uint64
+	name    string
 }
 
 func (b *tableBackend) traceLocked(line string) {
@@ -422,7 +500,7 @@ func (m *aiModel) fail(format string, args ...any) {
 
 // returned checks an Acquire's or TryAcquire's outcome and registers a
 // returned grant as held by the call.
-func (m *aiModel) returned(s *Session, name string, try bool, l *Lock, err error) {
+func (m *aiModel) returned(s *Session, name string, try bool, call *aiCall, l *Lock, err error) {
 	what := "Acquire"
 	if try {
 		what = "TryAcquire"
@@ -484,7 +562,7 @@ func (m *aiModel) release(l *Lock) {
 	m.holds[h]--
 	m.mu.Unlock()
 	for range 50 {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), aiCallKey{}, (*aiCall)(nil)), 200*time.Millisecond)
 		err := l.Release(ctx)
 		cancel()
 		m.be.note("s%d Release %q token %d: %v", l.s.id, l.name, l.token, err)
@@ -530,6 +608,8 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 				time.AfterFunc(time.Duration(rng.IntN(maxWait*1000))*time.Microsecond, cancel)
 			}
 			try := rng.IntN(5) == 0
+			call := &aiCall{}
+			ctx = context.WithValue(ctx, aiCallKey{}, call)
 			var l *Lock
 			var err error
 			if try {
@@ -538,7 +618,7 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 				l, err = s.Acquire(ctx, name)
 			}
 			cancel()
-			model.returned(s, name, try, l, err)
+			model.returned(s, name, try, call, l, err)
 			if l != nil {
 				if d := rng.IntN(hold * 1000); d > 0 {
 					time.Sleep(time.Duration(d) * time.Microsecond)
