@@ -757,3 +757,118 @@ func TestReviewAISharedSessionModel(t *testing.T) {
 		})
 	}
 }
+
+// A grant a background recheck finds after its caller was told no is
+// released (releaseUnwanted), and until that release applies, an acquire
+// of the name answered with the grant returns ErrNotHeld (the released
+// mark). The mark lives in the name's acquire bookkeeping, which the last
+// call of the name to exit deleted while the release was still in flight:
+// the next Acquire, answered with the grant, returned it as held, and the
+// release then freed it under the caller (the session listed a lock the
+// cluster had given away). Found by TestReviewAISharedSessionModel (the
+// release of a grant three calls had just returned was applied late).
+//
+// Script: Y waits for x; TryAcquire X beside it stops (cancelled) and
+// takes back its own request, with no leader to answer it
+// (ErrWithdrawPending); Y stops and withdraws the place. A leader is
+// back: the take-back is answered, the recheck finds X's request granted
+// 9 (the lock was free), and the release of 9 is held on its way. Two
+// Acquires of x are then answered with 9 (the session holds it): the
+// first must get ErrNotHeld, and so must the second.
+func TestReviewAIReleasedMarkOutlivesTheCalls(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	var (
+		mu        sync.Mutex
+		held9     bool
+		acquires  int
+		releases  int
+		takeBacks int
+	)
+	quorum, releaseGate := make(chan struct{}), make(chan struct{})
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		mu.Lock()
+		switch {
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE && req.GetNoWait():
+			// The recheck of X's request: applied on the free lock.
+			held9 = true
+			mu.Unlock()
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+			acquires++
+			h := held9
+			mu.Unlock()
+			if h {
+				// The session holds x: the grant.
+				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+			}
+			// Y and X: queued behind another session, no answer.
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+			takeBacks++
+			mu.Unlock()
+			return answerWhen(ctx, quorum, &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN})
+		case req.GetOp() == lockpb.Op_OP_WITHDRAW:
+			mu.Unlock()
+			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+		case req.GetOp() == lockpb.Op_OP_RELEASE && req.GetToken() == 9:
+			releases++
+			mu.Unlock()
+			select {
+			case <-releaseGate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			mu.Lock()
+			held9 = false
+			mu.Unlock()
+			return &lockpb.Response{Code: lockpb.Code_CODE_OK, Token: 9}, nil
+		}
+		mu.Unlock()
+		return nil, errors.New("unexpected request")
+	}
+	be.mu.Unlock()
+	count := func(n *int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return *n > 0 }
+	}
+
+	yctx, ycancel := context.WithCancel(context.Background())
+	defer ycancel()
+	yErr := make(chan acquireResult, 1)
+	go func() {
+		l, err := s.Acquire(yctx, "x")
+		yErr <- acquireResult{l, err}
+	}()
+	eventually(t, "Y waiting", count(&acquires))
+	xctx, xcancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); xcancel() }()
+	if _, err := s.TryAcquire(xctx, "x"); !errors.Is(err, ErrWithdrawPending) {
+		t.Fatalf("TryAcquire X whose take-back no leader answered: %v, want ErrWithdrawPending", err)
+	}
+	ycancel()
+	if _, err := receive(t, yErr); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Y: %v, want context.Canceled", err)
+	}
+	close(quorum)
+	eventually(t, "the release of the unwanted grant 9 on its way", count(&releases))
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		l, err := s.Acquire(ctx, "x")
+		cancel()
+		if err == nil {
+			t.Errorf("Acquire %d, answered while the release of 9 is on its way: got token %d, want ErrNotHeld", i+1, l.Token())
+		} else if !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Acquire %d: %v, want ErrNotHeld", i+1, err)
+		}
+	}
+	close(releaseGate)
+	eventually(t, "the background settling finished", func() bool { return bookkeepingClear(s) })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range s.Locks() {
+		if !held9 || l.Token() != 9 {
+			t.Errorf("the session lists %s token %d; the cluster holds 9 for it: %v", l.Name(), l.Token(), held9)
+		}
+	}
+}

@@ -532,6 +532,11 @@ type acquireCalls struct {
 	waiting  int   // of them, calls that queue (not try)
 	leaving  int   // of those, calls that stopped waiting (they left the place to the others, or withdraw it)
 	released Token // the highest token of the name released (or found lost) while calls were in flight
+	// unwanted counts the releases of unwanted grants in flight
+	// (releaseUnwanted): their released mark must outlive the calls, as a
+	// call that starts before such a release applies may be answered with
+	// its grant.
+	unwanted int
 	// settlers counts calls withdrawing the session's place by name now;
 	// settled is closed when that drops to 0. A new waiting call waits for
 	// it: its acquire, applied before the withdrawal, would lose its place
@@ -589,7 +594,7 @@ func (s *Session) settledPlace(name string) {
 	if c.settlers--; c.settlers == 0 {
 		close(c.settled)
 		c.settled = nil
-		if c.n == 0 {
+		if c.n == 0 && c.unwanted == 0 {
 			// A withdrawal that went on in the background after its
 			// call returned (settleLater).
 			delete(s.acquiring, name)
@@ -608,7 +613,7 @@ func (s *Session) exitAcquire(name string, wait, left bool) {
 	if left {
 		c.leaving--
 	}
-	if c.n == 0 && c.settlers == 0 {
+	if c.n == 0 && c.settlers == 0 && c.unwanted == 0 {
 		delete(s.acquiring, name)
 	}
 }
@@ -1076,13 +1081,14 @@ func (s *Session) releaseUnwanted(ctx context.Context, name string, t Token) {
 		s.acquiring[name] = c
 	}
 	c.released = max(c.released, t)
+	c.unwanted++ // the calls that exit meanwhile leave the mark
 	s.mu.Unlock()
 	defer func() {
 		// Once the release is applied (or the session ended), a call that
 		// starts now cannot be answered with t: the mark is needed no
 		// longer than the calls in flight now.
 		s.mu.Lock()
-		if c := s.acquiring[name]; c != nil && c.n == 0 && c.settlers == 0 {
+		if c.unwanted--; c.n == 0 && c.settlers == 0 && c.unwanted == 0 {
 			delete(s.acquiring, name)
 		}
 		s.mu.Unlock()
