@@ -872,3 +872,113 @@ func TestReviewAIReleasedMarkOutlivesTheCalls(t *testing.T) {
 		}
 	}
 }
+
+// A call Q that stops waiting beside a waiting call P leaves the place to
+// P and takes back its own request only. If P then stops too and
+// withdraws the place by name, and Q's request (on its way) is applied
+// after that withdrawal and before Q's take-back, it queues the session
+// again: Q's recheck finds its request queued. No call waits for the
+// name any more, so Q must withdraw the place; before, it did so only
+// when the place was owed to it (placeOwed, which P's withdrawal
+// cleared), and the session stayed queued with no call to take the grant
+// (found by TestReviewAISharedSessionModel, GOMAXPROCS=1, seed 242: "the
+// table shows it holding [a:1211]; the session knows []"). The background
+// settling (settleLater) already withdrew such a place.
+func TestReviewAILeftPlaceQueuedAgainAfterItsWithdrawal(t *testing.T) {
+	be, _, s := newLeaseHarness(t, true)
+	var (
+		mu       sync.Mutex
+		queued   bool   // the session's place in x's queue
+		pSeq     uint64 // P's acquire
+		qSeq     uint64 // Q's acquire
+		qApplied bool
+		byName   int // withdrawals of the place
+	)
+	gateQ, takeBackGate := make(chan struct{}), make(chan struct{})
+	be.mu.Lock()
+	be.handle = func(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {
+		mu.Lock()
+		switch {
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE && req.GetNoWait():
+			// Q's recheck: its request was applied; its outcome now.
+			q := queued
+			mu.Unlock()
+			if q {
+				return &lockpb.Response{Code: lockpb.Code_CODE_OK, Queued: true}, nil
+			}
+			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE && pSeq == 0:
+			pSeq, queued = req.GetSeq(), true // behind another session
+			mu.Unlock()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case req.GetOp() == lockpb.Op_OP_ACQUIRE:
+			qSeq = req.GetSeq()
+			mu.Unlock()
+			go func() { // on its way: applied once gateQ opens
+				<-gateQ
+				mu.Lock()
+				queued, qApplied = true, true
+				mu.Unlock()
+			}()
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case req.GetOp() == lockpb.Op_OP_WITHDRAW && req.GetName() == "":
+			mu.Unlock()
+			// Q's take-back: applied after Q's request, so it takes
+			// nothing back.
+			return answerWhen(ctx, takeBackGate, &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN})
+		case req.GetOp() == lockpb.Op_OP_WITHDRAW:
+			byName++
+			queued = false
+			mu.Unlock()
+			return &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}, nil
+		}
+		mu.Unlock()
+		return nil, errors.New("unexpected request")
+	}
+	be.mu.Unlock()
+	state := func(f func() bool) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return f() }
+	}
+
+	pctx, pcancel := context.WithCancel(context.Background())
+	defer pcancel()
+	pErr := make(chan acquireResult, 1)
+	go func() {
+		l, err := s.Acquire(pctx, "x")
+		pErr <- acquireResult{l, err}
+	}()
+	eventually(t, "P waiting", state(func() bool { return pSeq != 0 }))
+	qctx, qcancel := context.WithCancel(context.Background())
+	defer qcancel()
+	qErr := make(chan acquireResult, 1)
+	go func() {
+		l, err := s.Acquire(qctx, "x")
+		qErr <- acquireResult{l, err}
+	}()
+	eventually(t, "Q's request on its way", state(func() bool { return qSeq != 0 }))
+	qcancel() // Q leaves the place to P and takes back its request
+	eventually(t, "Q leaving", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c := s.acquiring["x"]
+		return c != nil && c.leaving == 1
+	})
+	pcancel() // P, alone now, withdraws the place by name
+	if _, err := receive(t, pErr); !errors.Is(err, context.Canceled) {
+		t.Fatalf("P: %v, want context.Canceled", err)
+	}
+	close(gateQ) // Q's request is applied: the session is queued again
+	eventually(t, "Q's request applied", state(func() bool { return qApplied }))
+	close(takeBackGate)
+	if _, err := receive(t, qErr); !errors.Is(err, context.Canceled) || errors.Is(err, ErrWithdrawPending) {
+		t.Fatalf("Q: %v, want context.Canceled, settled", err)
+	}
+	eventually(t, "the settling finished", func() bool { return bookkeepingClear(s) })
+	mu.Lock()
+	defer mu.Unlock()
+	if queued {
+		t.Errorf("the session is left queued for x with no call waiting (withdrawals by name: %d)", byName)
+	}
+}

@@ -685,6 +685,17 @@ func (s *Session) claimPlace(name string, orphan bool) bool {
 	return true
 }
 
+// owePlace records that the session is queued for name although it may
+// be no call's place (placeOwed): a recheck found the request it took back
+// queued. The caller is an acquire call of name in flight.
+func (s *Session) owePlace(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.acquiring[name]; c != nil {
+		c.placeOwed = true
+	}
+}
+
 // leaveGrantToWaiting reports whether the grant of name that a background
 // recheck found (target's outcome: the session holds that grant) is left
 // to calls of the session that still wait for name, rather than released.
@@ -889,6 +900,14 @@ func (s *Session) settle(ctx context.Context, name string, target uint64, rechec
 		if err == nil && (resp.GetCode() != lockpb.Code_CODE_OK || resp.GetQueued()) {
 			// Not granted (taken back before it was applied, refused,
 			// or queued: then the place is the waiting calls').
+			if resp.GetQueued() {
+				// The session is queued: if the calls it was left to
+				// have all ended (one withdrew the place before target
+				// was applied and queued it again), nobody's. It is
+				// owed: the last call of the name to end without a
+				// grant withdraws it (the caller, if that is it).
+				s.owePlace(name)
+			}
 			resp = &lockpb.Response{Code: lockpb.Code_CODE_WITHDRAWN}
 		}
 	}
