@@ -56,10 +56,9 @@ type tableBackend struct {
 	up      chan struct{} // closed while a leader is up
 	lost    chan struct{} // closed when the current leadership ends
 	grants  map[uint64]map[string][]*tableWaiter
-	tokens  map[string]uint64       // the last grant of each name
-	given   map[aiGrantKey][]uint64 // the grants of each name to each session, in order
-	trace   []string                // the last applied commands (for a failure report)
-	bad     []string                // violations found while applying
+	tokens  map[string]uint64 // the last grant of each name
+	trace   []string          // the last applied commands (for a failure report)
+	bad     []string          // violations found while applying
 	nonce   uint64
 	kinds   map[string]int       // commands applied by kind, for the log
 	waiting map[*aiCall]struct{} // test calls in their waiting acquire's propose
@@ -109,7 +108,6 @@ func newTableBackend(seed uint64, grace time.Duration) *tableBackend {
 		grants:  make(map[uint64]map[string][]*tableWaiter),
 		tokens:  make(map[string]uint64),
 		kinds:   make(map[string]int),
-		given:   make(map[aiGrantKey][]uint64),
 		waiting: make(map[*aiCall]struct{}),
 	}
 }
@@ -244,7 +242,7 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 		b.pending.Add(1)
 		go func() {
 			defer b.pending.Done()
-			b.applyLater(ctx, cmd, waitGrant, fg, dl, w, call, resc)
+			b.applyLater(ctx, cmd, waitGrant, req.GetNoWait(), fg, dl, w, call, resc)
 		}()
 		var res fsm.Result
 		select {
@@ -287,7 +285,7 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 
 // applyLater applies cmd after dl.delay, once a leader is up, unless the
 // caller's ctx ended on the way and dl.late is false (never proposed).
-func (b *tableBackend) applyLater(ctx context.Context, cmd fsm.Command, waitGrant, fg bool, dl tableDelivery, w *tableWaiter, call *aiCall, resc chan<- fsm.Result) {
+func (b *tableBackend) applyLater(ctx context.Context, cmd fsm.Command, waitGrant, noWait, fg bool, dl tableDelivery, w *tableWaiter, call *aiCall, resc chan<- fsm.Result) {
 	if dl.delay > 0 {
 		time.Sleep(dl.delay)
 	}
@@ -298,7 +296,7 @@ func (b *tableBackend) applyLater(ctx context.Context, cmd fsm.Command, waitGran
 			return
 		}
 		if b.leader {
-			res := b.applyLocked(&cmd)
+			res := b.applyLocked(&cmd, noWait)
 			if call != nil && call.applied == 0 {
 				call.applied = b.index
 			}
@@ -355,10 +353,10 @@ func (b *tableBackend) drop(w *tableWaiter) {
 var tableOps = map[fsm.Op]string{fsm.OpOpenSession: "open", fsm.OpAcquire: "acquire", fsm.OpRelease: "release", fsm.OpWithdraw: "withdraw", fsm.OpCloseSession: "close"}
 
 // applyLocked applies cmd as the next entry; b.mu is held.
-func (b *tableBackend) applyLocked(cmd *fsm.Command) fsm.Result {
+func (b *tableBackend) applyLocked(cmd *fsm.Command, noWait bool) fsm.Result {
 	b.index++
 	res, evs := b.m.Apply(b.index, 1, cmd)
-	line := fmt.Sprintf("%d: s%d #%d %s %q try=%v target=%d token=%d -> code %d token %d", b.index, cmd.Session, cmd.Seq, tableOps[cmd.Op], cmd.Name, cmd.Try, cmd.Target, cmd.Token, res.Code, res.Token)
+	line := fmt.Sprintf("%d: s%d #%d %s %q try=%v nowait=%v target=%d token=%d -> code %d token %d", b.index, cmd.Session, cmd.Seq, tableOps[cmd.Op], cmd.Name, cmd.Try, noWait, cmd.Target, cmd.Token, res.Code, res.Token)
 	switch {
 	case cmd.Op == fsm.OpAcquire && res.Code == fsm.CodeQueued:
 		b.kinds["queued"]++
@@ -401,8 +399,6 @@ func (b *tableBackend) grantedLocked(session uint64, name string, token uint64) 
 		b.bad = append(b.bad, fmt.Sprintf("%q granted to s%d with token %d after token %d", name, session, token, b.tokens[name]))
 	}
 	b.tokens[name] = token
-	k := aiGrantKey{session, name}
-	b.given[k] = append(b.given[k], token)
 }
 
 // releasedInBackgroundLocked checks a release the session sent on its own
@@ -418,12 +414,6 @@ func (b *tableBackend) releasedInBackgroundLocked(cmd *fsm.Command) {
 			b.bad = append(b.bad, fmt.Sprintf("s%d released %q token %d in the background while a call (queued at %d) still waits for it", cmd.Session, cmd.Name, cmd.Token, c.applied))
 		}
 	}
-}
-
-// aiGrantKey is a session's name.
-type aiGrantKey struct {
-	session uint64
-	name    string
 }
 
 func (b *tableBackend) traceLocked(line string) {
