@@ -727,10 +727,10 @@ func inflightOf(s *Session) string {
 // call of the other session holds the name; that tokens only grow; and at
 // quiescence that the table's holdings of each session are its Locks()
 // (same tokens), that neither session is queued anywhere, and that both
-// live. QL_AI_SEEDS (default 2), QL_AI_SEED (first seed, default 1) and
+// live. QL_AI_SEEDS (default 4), QL_AI_SEED (first seed, default 1) and
 // QL_AI_OPS (operations per seed, default 600) make longer runs.
 func TestReviewAISharedSessionModel(t *testing.T) {
-	seeds := aiEnv("QL_AI_SEEDS", 2)
+	seeds := aiEnv("QL_AI_SEEDS", 4)
 	first := aiEnv("QL_AI_SEED", 1)
 	ops := aiEnv("QL_AI_OPS", 600)
 	start := time.Now()
