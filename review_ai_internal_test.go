@@ -48,6 +48,7 @@ type tableBackend struct {
 	rnd *rand.Rand // guarded by rmu
 
 	pending sync.WaitGroup // commands on their way to the table
+	clock   atomic.Int64   // orders the test's events: answers, returns
 
 	mu      sync.Mutex
 	m       *fsm.Machine
@@ -83,6 +84,8 @@ type aiCall struct {
 	name    string
 	applied uint64 // the index its first copy was applied at
 	waiting bool   // its waiting acquire is in propose now
+	// answered is when (tableBackend.clock) the call's last answer came.
+	answered int64
 }
 
 // tableDelivery is how one request travels (see tableBackend).
@@ -206,6 +209,7 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 	}
 	dl := b.plan()
 	call, fg := ctx.Value(aiCallKey{}).(*aiCall)
+	tc := call // the test call of every request (nil: the session's own)
 	if !waitGrant {
 		call = nil
 	}
@@ -223,6 +227,9 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 	}
 	answer := func(r fsm.Result) (*lockpb.Response, error) {
 		b.mu.Lock()
+		if tc != nil {
+			tc.answered = b.clock.Add(1)
+		}
 		where := "background "
 		if fg {
 			where = ""
@@ -470,8 +477,9 @@ type aiModel struct {
 	be *tableBackend
 
 	mu        sync.Mutex
-	holds     map[aiHold]int  // calls holding the grant now
-	releasing map[aiHold]bool // a call started releasing the grant
+	holds     map[aiHold]int   // calls holding the grant now
+	releasing map[aiHold]bool  // a call started releasing the grant
+	released  map[aiHold]int64 // a call's Release of the grant returned (tableBackend.clock)
 	bad       []string
 	outcomes  map[string]int // by kind, for the log: what the run covered
 }
@@ -527,8 +535,17 @@ func (m *aiModel) returned(s *Session, name string, try bool, call *aiCall, l *L
 	h := aiHold{s.id, name, l.token}
 	m.be.mu.Lock()
 	li := m.be.m.Holder(name)
+	var answered int64
+	if call != nil {
+		answered = call.answered
+	}
 	m.be.traceLocked(fmt.Sprintf("s%d %s %q returned token %d (table: s%d token %d waiters %v)", s.id, what, name, l.token, li.Holder, li.Token, li.Waiters))
 	m.be.mu.Unlock()
+	if r := m.released[h]; r != 0 && r < answered {
+		// The Release dropped the Lock before the answer came: granted
+		// must refuse the grant (ErrNotHeld).
+		m.bad = append(m.bad, fmt.Sprintf("s%d %s %q returned token %d, answered after a Release of that grant had returned", s.id, what, name, l.token))
+	}
 	if !(li.Holder == s.id && Token(li.Token) == l.token) && !m.releasing[h] {
 		m.bad = append(m.bad, fmt.Sprintf("s%d %s %q returned token %d; the table shows s%d holding token %d, and no call released it", s.id, what, name, l.token, li.Holder, li.Token))
 	}
@@ -558,6 +575,11 @@ func (m *aiModel) release(l *Lock) {
 		m.be.note("s%d Release %q token %d: %v", l.s.id, l.name, l.token, err)
 		switch {
 		case err == nil, errors.Is(err, ErrNotHeld):
+			m.mu.Lock()
+			if m.released[h] == 0 {
+				m.released[h] = m.be.clock.Add(1)
+			}
+			m.mu.Unlock()
 			return
 		case errors.Is(err, ErrUnknownOutcome):
 			continue
@@ -583,7 +605,7 @@ func aiEnv(key string, def int) int {
 // come and go. It returns the violations found (none: nil).
 func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget time.Duration) []string {
 	be, a, other := newTableHarness(t, seed)
-	model := &aiModel{be: be, holds: make(map[aiHold]int), releasing: make(map[aiHold]bool), outcomes: make(map[string]int)}
+	model := &aiModel{be: be, holds: make(map[aiHold]int), releasing: make(map[aiHold]bool), released: make(map[aiHold]int64), outcomes: make(map[string]int)}
 	deadline := time.Now().Add(budget)
 	var done atomic.Int64
 	var wg sync.WaitGroup
