@@ -63,6 +63,7 @@ type tableBackend struct {
 	nonce   uint64
 	kinds   map[string]int       // commands applied by kind, for the log
 	waiting map[*aiCall]struct{} // test calls in their waiting acquire's propose
+	held    map[aiHold]bool      // grants calls returned and hold (no Release started)
 }
 
 // tableWaiter is one copy of a request waiting for its answer.
@@ -112,6 +113,7 @@ func newTableBackend(seed uint64, grace time.Duration) *tableBackend {
 		tokens:  make(map[string]uint64),
 		kinds:   make(map[string]int),
 		waiting: make(map[*aiCall]struct{}),
+		held:    make(map[aiHold]bool),
 	}
 }
 
@@ -138,15 +140,23 @@ func (b *tableBackend) setLeader(up bool) {
 	}
 }
 
-func (b *tableBackend) plan() tableDelivery {
+func (b *tableBackend) plan(background bool) tableDelivery {
 	if !b.adversarial.Load() {
 		return tableDelivery{}
 	}
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
 	var d tableDelivery
-	if b.rnd.IntN(3) == 0 {
+	switch b.rnd.IntN(20) {
+	case 0: // a long way
+		d.delay = time.Duration(5000+b.rnd.IntN(15000)) * time.Microsecond
+	case 1, 2, 3, 4, 5, 6:
 		d.delay = time.Duration(b.rnd.IntN(4000)) * time.Microsecond
+	}
+	if background && b.rnd.IntN(2) == 0 {
+		// The session's own requests (background settling, its
+		// releases) are where the rare interleavings are: slow them.
+		d.delay = time.Duration(1000+b.rnd.IntN(15000)) * time.Microsecond
 	}
 	d.late = b.rnd.IntN(2) == 0
 	if b.rnd.IntN(16) == 0 {
@@ -207,8 +217,8 @@ func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockp
 	if invalid != nil {
 		return invalid, nil
 	}
-	dl := b.plan()
 	call, fg := ctx.Value(aiCallKey{}).(*aiCall)
+	dl := b.plan(!fg)
 	tc := call // the test call of every request (nil: the session's own)
 	if !waitGrant {
 		call = nil
@@ -414,8 +424,13 @@ func (b *tableBackend) grantedLocked(session uint64, name string, token uint64) 
 // still wait for the name in a request applied before that grant (the
 // grant may be the one of the place that call waits in, which is that
 // call's: leaveGrantToWaiting). A call in its waiting acquire's propose
-// has not stopped waiting. b.mu is held.
+// has not stopped waiting. Nor may a call hold the grant: one answered
+// with it while the release is on its way must not return it (the
+// released mark). b.mu is held.
 func (b *tableBackend) releasedInBackgroundLocked(cmd *fsm.Command) {
+	if b.held[aiHold{cmd.Session, cmd.Name, Token(cmd.Token)}] {
+		b.bad = append(b.bad, fmt.Sprintf("s%d released %q token %d in the background, a grant a call returned and holds", cmd.Session, cmd.Name, cmd.Token))
+	}
 	for c := range b.waiting {
 		if c.session == cmd.Session && c.name == cmd.Name && c.applied != 0 && c.applied < cmd.Token {
 			b.bad = append(b.bad, fmt.Sprintf("s%d released %q token %d in the background while a call (queued at %d) still waits for it", cmd.Session, cmd.Name, cmd.Token, c.applied))
@@ -539,6 +554,7 @@ func (m *aiModel) returned(s *Session, name string, try bool, call *aiCall, l *L
 	if call != nil {
 		answered = call.answered
 	}
+	m.be.held[h] = true
 	m.be.traceLocked(fmt.Sprintf("s%d %s %q returned token %d (table: s%d token %d waiters %v)", s.id, what, name, l.token, li.Holder, li.Token, li.Waiters))
 	m.be.mu.Unlock()
 	if r := m.released[h]; r != 0 && r < answered {
@@ -567,6 +583,9 @@ func (m *aiModel) release(l *Lock) {
 	m.mu.Lock()
 	m.releasing[h] = true
 	m.holds[h]--
+	m.be.mu.Lock()
+	delete(m.be.held, h)
+	m.be.mu.Unlock()
 	m.mu.Unlock()
 	for range 50 {
 		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), aiCallKey{}, (*aiCall)(nil)), 200*time.Millisecond)
@@ -741,7 +760,7 @@ func inflightOf(s *Session) string {
 
 // TestReviewAISharedSessionModel drives one session's concurrent calls
 // (Acquire, TryAcquire, Release; random timeouts and cancellations) on
-// three names against the real lock table, with a second session holding
+// two to five names against the real lock table, with a second session holding
 // the same names so that calls queue, under adversarial delivery (late
 // applies, lost answers, leaderless windows). It checks at every
 // successful return that the table shows the session holding the grant
@@ -763,7 +782,7 @@ func TestReviewAISharedSessionModel(t *testing.T) {
 		seed := uint64(first + i)
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			workers := 4 + int(seed%5) // 4..8
-			for _, bad := range aiRun(t, seed, workers, ops, []string{"a", "b", "c"}[:2+int(seed%2)], 8*time.Second) {
+			for _, bad := range aiRun(t, seed, workers, ops, []string{"a", "b", "c", "d", "e"}[:2+int(seed%4)], 8*time.Second) {
 				t.Error(bad)
 			}
 		})
