@@ -618,20 +618,16 @@ func aiEnv(key string, def int) int {
 	return def
 }
 
-// aiRun is one seeded run: workers calls of session a (Acquire,
-// TryAcquire, Release) on names, while calls of session other hold and
-// release the same names so that a's calls queue, and leaderless windows
-// come and go. It returns the violations found (none: nil).
-func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget time.Duration) []string {
-	be, a, other := newTableHarness(t, seed)
-	model := &aiModel{be: be, holds: make(map[aiHold]int), releasing: make(map[aiHold]bool), released: make(map[aiHold]int64), outcomes: make(map[string]int)}
-	deadline := time.Now().Add(budget)
-	var done atomic.Int64
+// aiPhase is one phase of aiRun: the calls run until done reaches upTo
+// (or the deadline), then, once every call returned, every background
+// settling is done and every command on its way applied, the table is
+// checked against both sessions.
+func aiPhase(be *tableBackend, model *aiModel, a, other *Session, seed uint64, phase, workers int, upTo int64, done *atomic.Int64, names []string, deadline time.Time) {
 	var wg sync.WaitGroup
 	worker := func(s *Session, i int, minWait, maxWait, hold int) {
 		defer wg.Done()
-		rng := rand.New(rand.NewPCG(seed, uint64(i)+1))
-		for done.Add(1) <= int64(ops) && time.Now().Before(deadline) {
+		rng := rand.New(rand.NewPCG(seed, uint64(phase)<<32|uint64(i+1)))
+		for done.Add(1) <= upTo && time.Now().Before(deadline) {
 			name := names[rng.IntN(len(names))]
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(minWait+rng.IntN(maxWait-minWait+1))*time.Millisecond)
 			if rng.IntN(6) == 0 {
@@ -657,6 +653,7 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 				model.release(l)
 			}
 		}
+		done.Add(-1) // the count that stopped the loop
 	}
 	for i := range workers {
 		wg.Add(1)
@@ -673,12 +670,12 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 	chaos.Add(1)
 	go func() {
 		defer chaos.Done()
-		rng := rand.New(rand.NewPCG(seed, 0xc4a05))
+		rng := rand.New(rand.NewPCG(seed, uint64(phase)<<32|0xc4a05))
 		for {
 			select {
 			case <-chaosDone:
 				return
-			case <-time.After(time.Duration(50+rng.IntN(250)) * time.Millisecond):
+			case <-time.After(time.Duration(10+rng.IntN(150)) * time.Millisecond):
 			}
 			be.setLeader(false)
 			select {
@@ -698,7 +695,7 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 	quiet := time.Now().Add(10 * time.Second)
 	for !(bookkeepingClear(a) && bookkeepingClear(other)) {
 		if time.Now().After(quiet) {
-			model.fail("no quiescence in 10 s: a in flight %v, other in flight %v", inflightOf(a), inflightOf(other))
+			model.fail("phase %d: no quiescence in 10 s: a in flight %v, other in flight %v", phase, inflightOf(a), inflightOf(other))
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -707,7 +704,7 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 
 	for _, s := range []*Session{a, other} {
 		if err := s.Err(); err != nil {
-			model.fail("s%d ended: %v", s.id, err)
+			model.fail("phase %d: s%d ended: %v", phase, s.id, err)
 		}
 		be.mu.Lock()
 		var table []string
@@ -720,16 +717,44 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 				queued = append(queued, name)
 			}
 		}
+		be.traceLocked(fmt.Sprintf("phase %d checked", phase))
 		be.mu.Unlock()
 		var known []string
 		for _, l := range s.Locks() {
 			known = append(known, fmt.Sprintf("%s:%d", l.name, l.token))
 		}
 		if !slices.Equal(table, known) {
-			model.fail("s%d: the table shows it holding %v; the session knows %v", s.id, table, known)
+			model.fail("phase %d: s%d: the table shows it holding %v; the session knows %v", phase, s.id, table, known)
 		}
 		if len(queued) > 0 {
-			model.fail("s%d: queued for %v with no call waiting", s.id, queued)
+			model.fail("phase %d: s%d: queued for %v with no call waiting", phase, s.id, queued)
+		}
+	}
+}
+
+// aiRun is one seeded run: workers calls of session a (Acquire,
+// TryAcquire, Release) on names, while calls of session other hold and
+// release the same names so that a's calls queue, and leaderless windows
+// come and go; ops operations in all, in phases (aiPhase). It returns the
+// violations found (none: nil).
+func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget time.Duration) []string {
+	be, a, other := newTableHarness(t, seed)
+	model := &aiModel{be: be, holds: make(map[aiHold]int), releasing: make(map[aiHold]bool), released: make(map[aiHold]int64), outcomes: make(map[string]int)}
+	deadline := time.Now().Add(budget)
+	var done atomic.Int64
+	// The run goes in phases, each ended by quiescence and its checks: a
+	// grant or a place no call knows of is seen before a later call of
+	// the name takes it over.
+	const phases = 5
+	for phase := range phases {
+		aiPhase(be, model, a, other, seed, phase, workers, int64(ops*(phase+1)/phases), &done, names, deadline)
+		model.mu.Lock()
+		be.mu.Lock()
+		failed := len(model.bad)+len(be.bad) > 0
+		be.mu.Unlock()
+		model.mu.Unlock()
+		if failed || !time.Now().Before(deadline) {
+			break
 		}
 	}
 	be.mu.Lock()
@@ -746,7 +771,7 @@ func aiRun(t *testing.T, seed uint64, workers, ops int, names []string, budget t
 	}
 	model.mu.Lock()
 	be.mu.Lock()
-	t.Logf("seed %d: %d operations, %d entries %v, outcomes %v", seed, min(done.Load(), int64(ops)), be.index, be.kinds, model.outcomes)
+	t.Logf("seed %d: %d operations, %d entries %v, outcomes %v", seed, done.Load(), be.index, be.kinds, model.outcomes)
 	be.mu.Unlock()
 	model.mu.Unlock()
 	return bad
