@@ -550,7 +550,10 @@ type acquireCalls struct {
 	// gets may be of its own request, applied while the session held an
 	// earlier grant. The last waiting call to end without a grant then
 	// withdraws the place (leavePlaceOwed), which clears it; so does a
-	// call that withdraws the place when it stops waiting.
+	// call that withdraws the place when it stops waiting. A recheck that
+	// finds the request its call took back queued sets it again
+	// (owePlace): that request may have been applied after such a
+	// withdrawal, and queued the session anew.
 	placeOwed bool
 }
 
