@@ -491,10 +491,10 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // granted a free lock meanwhile, the call returns the grant, as when a
 // grant wins the race, or, settling in the background, leaves it to the
 // calls still waiting or releases it), the last call to end without a
-// grant withdraws the place (and returns the grant it finds), and while one withdraws
-// the place, a new call waits for the withdrawal before it queues. An
-// Acquire answered with a grant that a concurrent Release of this session
-// freed returns ErrNotHeld.
+// grant withdraws the place (and returns the grant it finds), and while
+// one withdraws the place, a new call waits for the withdrawal before it
+// queues. An Acquire answered with a grant that a concurrent Release of
+// this session freed returns ErrNotHeld.
 //
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
 // ctx's error (joined with ErrWithdrawPending, see above).
@@ -949,10 +949,11 @@ func (s *Session) settle(ctx context.Context, name string, target uint64, rechec
 // target's outcome as settle does: the caller has been told it did not get
 // the lock, so a grant that won the race is released (by its token) rather
 // than returned, unless other calls of the session still wait for name
-// (then it is theirs, see leaveGrantToWaiting). Until then target and wseq stay in flight, and a
-// withdrawal of the place (without recheck) keeps new waiting calls of the
-// name waiting (settledPlace), as it does while the caller settles. It
-// reports false if the Node or Client is closing (nothing started).
+// (then it is theirs, see leaveGrantToWaiting). Until then target and
+// wseq stay in flight, and a withdrawal of the place (without recheck)
+// keeps new waiting calls of the name waiting (settledPlace), as it does
+// while the caller settles. It reports false if the Node or Client is
+// closing (nothing started).
 //
 // A refusal for the session's number of requests in flight (a limit) is
 // not final here, as it is for a caller who must be told the outcome now:
