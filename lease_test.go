@@ -3,6 +3,7 @@ package quorumlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -232,5 +233,49 @@ func TestLateAckBeforeLeaseTimerDoesNotRenew(t *testing.T) {
 	}
 	if !isDone(s.Done()) || !errors.Is(s.Err(), ErrSessionExpired) {
 		t.Fatalf("the late acknowledgement left the session alive: %v", s.Err())
+	}
+}
+
+// Whoever sees a session's Done closed sees every one of its locks' Lost
+// closed too: end closes the Lost channels first. A watcher woken by Done
+// checks the channels of many locks while end would still be closing them
+// if the order were the other way round.
+func TestLostClosedBeforeDone(t *testing.T) {
+	_, clk, s := newLeaseHarness(t, false)
+	const n = 5000
+	lost := make([]<-chan struct{}, n)
+	for i := range n {
+		l, err := s.Acquire(context.Background(), fmt.Sprintf("l%04d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost[i] = l.Lost()
+	}
+	open := make(chan int, 1)
+	watching := make(chan struct{})
+	go func() {
+		close(watching)
+		<-s.Done()
+		still := 0
+		for _, c := range lost {
+			if !isDone(c) {
+				still++
+			}
+		}
+		open <- still
+	}()
+	<-watching
+	settle(t, clk, 2)
+	clk.Advance(3 * time.Second) // past the lease: no heartbeat is acknowledged
+	select {
+	case still := <-open:
+		if still != 0 {
+			t.Fatalf("%d of %d locks' Lost still open when Done closed", still, n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end at its lease")
+	}
+	if !errors.Is(s.Err(), ErrSessionExpired) {
+		t.Fatalf("Err %v, want ErrSessionExpired", s.Err())
 	}
 }

@@ -171,7 +171,9 @@ func (s *Session) TTL() time.Duration {
 // the cluster, its lease ran out on the client, abandoned (an interrupted
 // Acquire whose withdrawal the cluster refused, or kept refusing while it
 // went on in the background, as it did the release of a grant that won the
-// race), or the Node or Client it was opened through closed.
+// race), or the Node or Client it was opened through closed. The Lost
+// channel of every lock the session held is closed before Done is: whoever
+// sees Done closed sees them closed too.
 func (s *Session) Done() <-chan struct{} {
 	if s.nilSession() {
 		return closedChan
