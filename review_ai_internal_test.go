@@ -166,50 +166,17 @@ func (b *tableBackend) plan(background bool) tableDelivery {
 	return d
 }
 
-// tableCommand is the command of req, as internal/service builds it;
-// invalid is the answer to a request the service refuses before the log.
+// tableCommand is the command of req, as internal/service builds it
+// (service.Command), with an open's nonce from the backend's counter.
 func (b *tableBackend) tableCommand(req *lockpb.Request) (cmd fsm.Command, waitGrant bool, invalid *lockpb.Response) {
-	cmd = fsm.Command{
-		Session: req.GetSession(),
-		Seq:     req.GetSeq(),
-		Done:    req.GetDone(),
-		Name:    req.GetName(),
-		Try:     req.GetTry(),
-		Token:   req.GetToken(),
-		Target:  req.GetTarget(),
-		Value:   req.GetValue(),
-	}
-	switch req.GetOp() {
-	case lockpb.Op_OP_OPEN_SESSION:
-		cmd.Op = fsm.OpOpenSession
-		cmd.TTL = int64(time.Duration(req.GetTtlMs()) * time.Millisecond)
-		cmd.OpenID = req.GetOpenId()
+	cmd, waitGrant, invalid = service.Command(req)
+	if invalid == nil && cmd.Op == fsm.OpOpenSession {
 		b.mu.Lock()
 		b.nonce++
 		cmd.Nonce = b.nonce
 		b.mu.Unlock()
-	case lockpb.Op_OP_ACQUIRE:
-		cmd.Op = fsm.OpAcquire
-		waitGrant = !req.GetTry() && !req.GetNoWait()
-	case lockpb.Op_OP_RELEASE:
-		cmd.Op = fsm.OpRelease
-	case lockpb.Op_OP_WITHDRAW:
-		cmd.Op = fsm.OpWithdraw
-	case lockpb.Op_OP_CLOSE_SESSION:
-		cmd.Op = fsm.OpCloseSession
-	default:
-		return cmd, false, &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}
 	}
-	if req.GetListed() && cmd.Op != fsm.OpOpenSession {
-		p := req.GetPending()
-		for i, x := range p {
-			if x >= cmd.Seq || (i > 0 && x <= p[i-1]) || len(p) > service.MaxListed {
-				return cmd, false, &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "pending"}
-			}
-		}
-		cmd.Listed, cmd.Pending = true, p
-	}
-	return cmd, waitGrant, nil
+	return cmd, waitGrant, invalid
 }
 
 func (b *tableBackend) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Response, error) {

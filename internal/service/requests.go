@@ -33,49 +33,24 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 	if code, hint := s.awaitReady(ctx); code != lockpb.Code_CODE_OK {
 		return &lockpb.Response{Code: code, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}, nil
 	}
-	cmd := fsm.Command{
-		Session: req.GetSession(),
-		Seq:     req.GetSeq(),
-		Done:    req.GetDone(),
-		Name:    req.GetName(),
-		Try:     req.GetTry(),
-		Token:   req.GetToken(),
-		Target:  req.GetTarget(),
-		Value:   req.GetValue(),
+	cmd, waitGrant, invalid := Command(req)
+	if invalid != nil {
+		return invalid, nil
 	}
 	var key reqKey
-	waitGrant := false
-	switch req.GetOp() {
-	case lockpb.Op_OP_OPEN_SESSION:
-		cmd.Op = fsm.OpOpenSession
-		// Bound ttl_ms before scaling it: a product that overflows could
-		// wrap into [MinTTL, MaxTTL]. Out of range: -1, which Apply refuses.
-		cmd.TTL = -1
-		if ms := req.GetTtlMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
-			cmd.TTL = int64(time.Duration(ms) * time.Millisecond)
-		}
+	switch cmd.Op {
+	case fsm.OpOpenSession:
 		// Every replica applies it under this leader's limits (see
 		// fsm.Command.Limits).
 		cmd.Limits.MaxSessions = uint64(s.lim.MaxSessions)
-		cmd.OpenID = req.GetOpenId()
-	case lockpb.Op_OP_ACQUIRE:
-		cmd.Op = fsm.OpAcquire
+	case fsm.OpAcquire:
 		cmd.Limits = fsm.Stamped{
 			MaxNameBytes:       uint64(s.lim.MaxNameBytes),
 			MaxLocksPerSession: uint64(s.lim.MaxLocksPerSession),
 			MaxWaitersPerLock:  uint64(s.lim.MaxWaitersPerLock),
 		}
-		waitGrant = !req.GetTry() && !req.GetNoWait()
-	case lockpb.Op_OP_RELEASE:
-		cmd.Op = fsm.OpRelease
-	case lockpb.Op_OP_WITHDRAW:
-		cmd.Op = fsm.OpWithdraw
-	case lockpb.Op_OP_CLOSE_SESSION:
-		cmd.Op = fsm.OpCloseSession
-	case lockpb.Op_OP_PROCLAIM:
-		cmd.Op = fsm.OpProclaim
-	case lockpb.Op_OP_REVOKE:
-		if _, live := s.SessionTTL(req.GetSession()); !live {
+	case fsm.OpRevoke:
+		if _, live := s.SessionTTL(cmd.IDs[0]); !live {
 			// Only a confirmed leader may answer that a session is gone:
 			// one deposed without knowing it yet lacks the sessions its
 			// successor opened.
@@ -85,13 +60,10 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 				}
 				return s.notLeader(), nil
 			}
-			if _, live := s.SessionTTL(req.GetSession()); !live {
+			if _, live := s.SessionTTL(cmd.IDs[0]); !live {
 				return &lockpb.Response{Code: lockpb.Code_CODE_NO_SESSION}, nil
 			}
 		}
-		cmd = fsm.Command{Op: fsm.OpRevoke, IDs: []uint64{req.GetSession()}}
-	default:
-		return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}, nil
 	}
 	// A withdrawal without a name takes back its target request only.
 	targetOnly := cmd.Op == fsm.OpWithdraw && cmd.Name == "" && cmd.Target != 0
@@ -102,15 +74,6 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		if len(cmd.Value) > s.lim.MaxValueBytes {
 			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "value too large"}, nil
 		}
-	}
-	if req.GetListed() && cmd.Op != fsm.OpOpenSession && cmd.Op != fsm.OpRevoke {
-		// The session's other requests in flight: every other seq below
-		// this one is retired (fsm.Command.Listed).
-		p := req.GetPending()
-		if len(p) > MaxListed || !strictlyBelow(p, cmd.Seq) {
-			return &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}, nil
-		}
-		cmd.Listed, cmd.Pending = true, p
 	}
 
 	if cmd.Op == fsm.OpOpenSession && cmd.OpenID != 0 {
@@ -321,6 +284,64 @@ const MaxCopiesInFlight = 64
 // its other requests with done alone, and after 1,024 of them every
 // request failed with ErrLimit.)
 const MaxListed = 1_024
+
+// Command maps a request to the fsm command it proposes, before the
+// leader's part of it: the limits the leader stamps (fsm.Command.Limits),
+// an open's or a revoke's nonce, a revoke's check that its session is live,
+// and the name and value rules. An open's ttl_ms outside what a
+// time.Duration holds becomes a TTL of -1, which Apply refuses. waitGrant
+// reports a blocking acquire (neither Try nor NoWait), which waits on for
+// its grant when queued. invalid, if not nil, is the answer to a request
+// that is refused as it stands: an unknown op, or a pending list (Listed)
+// longer than MaxListed, not increasing, or not below the request's seq.
+func Command(req *lockpb.Request) (cmd fsm.Command, waitGrant bool, invalid *lockpb.Response) {
+	cmd = fsm.Command{
+		Session: req.GetSession(),
+		Seq:     req.GetSeq(),
+		Done:    req.GetDone(),
+		Name:    req.GetName(),
+		Try:     req.GetTry(),
+		Token:   req.GetToken(),
+		Target:  req.GetTarget(),
+		Value:   req.GetValue(),
+	}
+	switch req.GetOp() {
+	case lockpb.Op_OP_OPEN_SESSION:
+		cmd.Op = fsm.OpOpenSession
+		// Bound ttl_ms before scaling it: a product that overflows could
+		// wrap into [MinTTL, MaxTTL].
+		cmd.TTL = -1
+		if ms := req.GetTtlMs(); ms > 0 && ms <= math.MaxInt64/int64(time.Millisecond) {
+			cmd.TTL = int64(time.Duration(ms) * time.Millisecond)
+		}
+		cmd.OpenID = req.GetOpenId()
+	case lockpb.Op_OP_ACQUIRE:
+		cmd.Op = fsm.OpAcquire
+		waitGrant = !req.GetTry() && !req.GetNoWait()
+	case lockpb.Op_OP_RELEASE:
+		cmd.Op = fsm.OpRelease
+	case lockpb.Op_OP_WITHDRAW:
+		cmd.Op = fsm.OpWithdraw
+	case lockpb.Op_OP_CLOSE_SESSION:
+		cmd.Op = fsm.OpCloseSession
+	case lockpb.Op_OP_PROCLAIM:
+		cmd.Op = fsm.OpProclaim
+	case lockpb.Op_OP_REVOKE:
+		return fsm.Command{Op: fsm.OpRevoke, IDs: []uint64{req.GetSession()}}, false, nil
+	default:
+		return cmd, false, &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: "unknown op"}
+	}
+	if req.GetListed() && cmd.Op != fsm.OpOpenSession {
+		// The session's other requests in flight: every other seq below
+		// this one is retired (fsm.Command.Listed).
+		p := req.GetPending()
+		if len(p) > MaxListed || !strictlyBelow(p, cmd.Seq) {
+			return cmd, false, &lockpb.Response{Code: lockpb.Code_CODE_INVALID, Message: fmt.Sprintf("pending: more than %d, not increasing, or not below seq", MaxListed)}
+		}
+		cmd.Listed, cmd.Pending = true, p
+	}
+	return cmd, waitGrant, nil
+}
 
 // strictlyBelow reports whether p increases strictly and stays below seq.
 func strictlyBelow(p []uint64, seq uint64) bool {
