@@ -12,6 +12,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/fsm"
 	"github.com/quorumlock/quorumlock/internal/lockpb"
+	"github.com/quorumlock/quorumlock/internal/service"
 )
 
 // recorder is a scripted backend handler: it records every request the
@@ -54,20 +55,19 @@ func (r *recorder) snapshot() []*lockpb.Request {
 	return slices.Clone(r.reqs)
 }
 
+// toCommand is the command q proposes for session sess (service.Command).
+// A request the service refuses before the log, or an op other than the
+// four that lock calls send, gives an empty command.
 func toCommand(sess uint64, q *lockpb.Request) *fsm.Command {
-	c := &fsm.Command{Session: sess, Seq: q.GetSeq(), Done: q.GetDone(), Name: q.GetName(), Try: q.GetTry(),
-		Token: q.GetToken(), Target: q.GetTarget(), Value: q.GetValue(), Listed: q.GetListed(), Pending: q.GetPending()}
-	switch q.GetOp() {
-	case lockpb.Op_OP_ACQUIRE:
-		c.Op = fsm.OpAcquire
-	case lockpb.Op_OP_WITHDRAW:
-		c.Op = fsm.OpWithdraw
-	case lockpb.Op_OP_RELEASE:
-		c.Op = fsm.OpRelease
-	case lockpb.Op_OP_CLOSE_SESSION:
-		c.Op = fsm.OpCloseSession
+	c, _, invalid := service.Command(q)
+	switch {
+	case invalid != nil:
+		return &fsm.Command{}
+	case c.Op != fsm.OpAcquire && c.Op != fsm.OpWithdraw && c.Op != fsm.OpRelease && c.Op != fsm.OpCloseSession:
+		return &fsm.Command{}
 	}
-	return c
+	c.Session = sess
+	return &c
 }
 
 // replayLate applies the session's recorded requests to a real fsm in the
