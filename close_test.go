@@ -63,7 +63,10 @@ func TestCloseHandsLeadershipOver(t *testing.T) {
 func rollingRestart(t *testing.T, size, rounds int) {
 	c := testcluster.New(t, testcluster.Options{Size: size})
 	c.WaitLeader(10 * time.Second)
-	cl := dial(t, addrsOf(c, c.IDs()...))
+	// A TTL of 20 s, not the client's default 10 s: in CI under -race on
+	// a slow host (2026-12-02) no heartbeat of the client found a leader
+	// for 9 s while the replicas restarted one by one.
+	cl := dial(t, addrsOf(c, c.IDs()...), quorumlock.WithSessionTTL(20*time.Second))
 	ctx := testCtx(t, 2*time.Minute)
 
 	var held []*quorumlock.Lock

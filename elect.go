@@ -361,12 +361,13 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	// Done closes first on Resign (before the release is confirmed) and
 	// after Lost otherwise: once either closed, the leadership is over for
 	// its holder, whatever the cluster still lists.
-	select {
-	case <-l.ctx.Done():
+	if isDone(l.ctx.Done()) || isDone(l.lock.Lost()) {
+		if err := s.Err(); err != nil {
+			// The session ended in between: that is why (Session.end sets
+			// its error before it ends the leadership and closes Lost).
+			return err
+		}
 		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
-	case <-l.lock.Lost():
-		return fmt.Errorf("%w: leadership of %q ended", ErrNotHeld, l.role)
-	default:
 	}
 	q := s.nextSeq()
 	defer s.finish(q.seq)
