@@ -58,7 +58,9 @@ func (l *Lock) Session() *Session {
 // or past its client-side lease), or the Node or Client the session was
 // opened through closed. Stop using the protected resource when it closes;
 // the fencing token protects against the window in which this notice is
-// late (a paused process).
+// late (a paused process). When the session's end is the cause, Session.Err
+// reports it by the time Lost closes, and the session's Done closes right
+// after (every Lost first: see Session.Done).
 func (l *Lock) Lost() <-chan struct{} {
 	if l.nilLock() {
 		return closedChan
