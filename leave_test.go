@@ -60,10 +60,7 @@ func (r *recorder) snapshot() []*lockpb.Request {
 // four that lock calls send, gives an empty command.
 func toCommand(sess uint64, q *lockpb.Request) *fsm.Command {
 	c, _, invalid := service.Command(q)
-	switch {
-	case invalid != nil:
-		return &fsm.Command{}
-	case c.Op != fsm.OpAcquire && c.Op != fsm.OpWithdraw && c.Op != fsm.OpRelease && c.Op != fsm.OpCloseSession:
+	if invalid != nil || !slices.Contains([]fsm.Op{fsm.OpAcquire, fsm.OpWithdraw, fsm.OpRelease, fsm.OpCloseSession}, c.Op) {
 		return &fsm.Command{}
 	}
 	c.Session = sess
