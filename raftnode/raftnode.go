@@ -144,10 +144,11 @@ type Config struct {
 	// stops leading. Raft is safe with messages delayed or lost; this
 	// only delays, by at most the hold, when a follower applies a commit
 	// that no append or heartbeat told it of sooner. Requests are answered
-	// from the leader's apply, and a follower's ReadIndex read is not
-	// delayed: the leader answers it after a heartbeat round, and
-	// heartbeats carry the commit index. The default (0) sends notices at
-	// once, as raft does.
+	// from the leader's apply, and a follower's ReadIndex read is mostly
+	// not delayed: the leader answers it after a heartbeat round, and
+	// heartbeats carry the commit index (as far as the follower has
+	// acknowledged entries). The default (0) sends notices at once, as
+	// raft does.
 	CommitNoticeHold time.Duration
 	// Logger receives raft's and the node's logs. nil: no-op.
 	Logger *zap.Logger
