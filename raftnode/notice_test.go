@@ -41,10 +41,12 @@ func (a *appCounter) counts() (full, empty int) {
 }
 
 // With CommitNoticeHold set, the leader holds the empty append raft sends
-// after a commit, drops it when the next append with entries goes out to
-// the same follower, and sends it when the hold runs out on the node's
+// after a commit, the next append tells the followers of the commit, and
+// the notice held last goes out when the hold runs out on the node's
 // clock. No tick runs meanwhile, so no heartbeat tells a follower of a
-// commit: what it applies, it learned from an append.
+// commit: what it applies, it learned from an append. (That an append
+// with entries drops the notice held for its follower, rather than the
+// next notice replacing it, is TestHeldNoticesDroppedWithLeadership's.)
 func TestCommitNoticeHold(t *testing.T) {
 	const hold = testTick / 2
 	c := newClusterWith(t, 3, func(cfg *Config) { cfg.CommitNoticeHold = hold })
@@ -78,7 +80,7 @@ func TestCommitNoticeHold(t *testing.T) {
 		}
 	}
 	if full, empty := a.counts(); full != 4 || empty != 0 {
-		t.Fatalf("before the hold ran out: %d appends with entries, %d without; want 4 and 0 (a notice held, then replaced by the next append)", full, empty)
+		t.Fatalf("before the hold ran out: %d appends with entries, %d without; want 4 and 0 (every notice held)", full, empty)
 	}
 
 	c.clk.Advance(hold)
@@ -178,11 +180,12 @@ func TestHeldNoticesDroppedWithLeadership(t *testing.T) {
 	if clk.Pending() != 1 {
 		t.Fatalf("%d timers armed, want the hold's", clk.Pending())
 	}
+	n.noticec <- struct{}{} // as if a timer had fired and not been handled yet
 	n.dropNotices()
-	if clk.Pending() != 0 || len(n.notices) != 0 {
-		t.Fatalf("after the drop: %d timers armed, %d notices held; want none", clk.Pending(), len(n.notices))
+	if clk.Pending() != 0 || len(n.notices) != 0 || len(n.noticec) != 0 {
+		t.Fatalf("after the drop: %d timers armed, %d notices held, %d signals pending; want none", clk.Pending(), len(n.notices), len(n.noticec))
 	}
-	n.sendNotices() // as if the timer had fired just before the drop
+	n.sendNotices() // as if a signal had come in after the drop anyway
 	if len(sent) != 0 {
 		t.Fatalf("sent %v after the notices were dropped", sent)
 	}

@@ -142,8 +142,10 @@ type Config struct {
 	// the commit index too, as does every heartbeat), and sent when the
 	// hold runs out otherwise; held notices are dropped when the node
 	// stops leading. Raft is safe with messages delayed or lost; this
-	// only delays, by at most the hold, when a follower applies a commit
-	// that no append or heartbeat told it of sooner. Requests are answered
+	// only delays when a follower applies a commit that no append or
+	// heartbeat told it of sooner: by at most the hold while the leader
+	// leads (a notice dropped on step-down leaves the commit to the next
+	// leader's first one). Requests are answered
 	// from the leader's apply, and a follower's ReadIndex read is mostly
 	// not delayed: the leader answers it after a heartbeat round, and
 	// heartbeats carry the commit index (as far as the follower has
