@@ -145,12 +145,11 @@ type Config struct {
 	// only delays when a follower applies a commit that no append or
 	// heartbeat told it of sooner: by at most the hold while the leader
 	// leads (a notice dropped on step-down leaves the commit to the next
-	// leader's first one). Requests are answered
-	// from the leader's apply, and a follower's ReadIndex read is mostly
-	// not delayed: the leader answers it after a heartbeat round, and
-	// heartbeats carry the commit index (as far as the follower has
-	// acknowledged entries). The default (0) sends notices at once, as
-	// raft does.
+	// leader's first one). Requests are answered from the leader's apply,
+	// and a follower's ReadIndex read is mostly not delayed: the leader
+	// answers it after a heartbeat round, and heartbeats carry the commit
+	// index (as far as the follower has acknowledged entries). The
+	// default (0) sends notices at once, as raft does.
 	CommitNoticeHold time.Duration
 	// Logger receives raft's and the node's logs. nil: no-op.
 	Logger *zap.Logger
