@@ -155,9 +155,10 @@ func TestHeldNoticesDroppedWithLeadership(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1_000_000, 0))
 	var sent []*raftpb.Message
 	n := &Node{
-		cfg:     Config{CommitNoticeHold: time.Millisecond, Transport: sendFunc(func(m []*raftpb.Message) { sent = append(sent, m...) })},
+		cfg:     Config{CommitNoticeHold: time.Millisecond, Transport: recordingTransport(func(m []*raftpb.Message) { sent = append(sent, m...) })},
 		clk:     clk,
 		noticec: make(chan struct{}, 1),
+		notices: make(map[uint64]*raftpb.Message),
 	}
 	app := func(to uint64, entries int) *raftpb.Message {
 		m := &raftpb.Message{Type: raftpb.MessageType_MsgApp.Enum(), To: new(to)}
@@ -203,7 +204,3 @@ func TestHeldNoticesDroppedWithLeadership(t *testing.T) {
 		t.Fatalf("after the hold: sent %v, still held %v; want 2's notice sent", sent, n.notices)
 	}
 }
-
-type sendFunc func([]*raftpb.Message)
-
-func (f sendFunc) Send(m []*raftpb.Message) { f(m) }

@@ -538,6 +538,7 @@ func New(cfg Config) (*Node, error) {
 		heard:     make(map[uint64]uint64),
 		snapc:     make(chan snapResult, 1),
 		noticec:   make(chan struct{}, 1),
+		notices:   make(map[uint64]*raftpb.Message),
 		snapIndex: cfg.Applied,
 		// Read rounds are numbered from a random start, so that a
 		// restarted node's rounds never take the numbers of its previous
@@ -1527,28 +1528,23 @@ func (n *Node) holdNotices(msgs []*raftpb.Message) []*raftpb.Message {
 	if n.cfg.CommitNoticeHold <= 0 {
 		return msgs
 	}
-	var out []*raftpb.Message
-	held := false
+	var out []*raftpb.Message // non-nil once a notice is held
 	for i, m := range msgs {
 		if m.GetType() == raftpb.MessageType_MsgApp {
 			if len(m.GetEntries()) == 0 {
-				if !held {
+				if out == nil {
 					out = append(make([]*raftpb.Message, 0, len(msgs)), msgs[:i]...)
-					held = true
-				}
-				if n.notices == nil {
-					n.notices = make(map[uint64]*raftpb.Message)
 				}
 				n.notices[m.GetTo()] = m
 				continue
 			}
 			delete(n.notices, m.GetTo())
 		}
-		if held {
+		if out != nil {
 			out = append(out, m)
 		}
 	}
-	if !held {
+	if out == nil {
 		out = msgs
 	}
 	if len(n.notices) > 0 && n.noticeT == nil {
