@@ -893,9 +893,12 @@ func (n *Node) TransferLeadership(id uint64) {
 // among them, those heard from within about a heartbeat interval come
 // first, then the longest log (match index). A voter that crashed is picked
 // only in the moments before either the transport notices or an election
-// timeout passes. While the transfer runs, raft refuses proposals (Propose returns
-// ErrNotLeader); raft abandons a transfer that has not finished within an
-// election timeout and this node stays leader.
+// timeout passes. Without a new leader the pick is made again every
+// 2×HeartbeatTicks+2 ticks, but a transfer under way stays with its
+// transferee while that keeps answering. While the transfer runs, raft
+// refuses proposals (Propose returns ErrNotLeader); raft abandons a
+// transfer that has not finished within an election timeout and this node
+// stays leader.
 //
 // It returns nil once another member leads, ErrNotLeader when this node is
 // not the leader when called, ErrNoTransferee when no other voter is
@@ -908,9 +911,9 @@ func (n *Node) Resign(ctx context.Context) error {
 	}
 	// A transferee that crashed an instant before is still reachable by
 	// the rules above until its silence shows; every few heartbeats
-	// without a new leader the choice is made again, and raft switches the
-	// transfer to a different pick.
-	retry := n.clk.NewTicker(time.Duration(2*n.cfg.HeartbeatTicks+2) * n.cfg.TickInterval)
+	// without a new leader the choice is made again (resign), and raft
+	// switches the transfer to a different pick.
+	retry := n.clk.NewTicker(time.Duration(n.resignRetryTicks()) * n.cfg.TickInterval)
 	defer retry.Stop()
 	for {
 		if st := n.Status(); st.Leader != 0 && st.Leader != n.cfg.ID {
@@ -942,11 +945,32 @@ func (n *Node) silence(id uint64) (ticks uint64, ok bool) {
 	return n.ticks - at, ok
 }
 
+// resignRetryTicks is how many ticks Resign waits for a new leader before
+// it makes its pick again.
+func (n *Node) resignRetryTicks() uint64 { return uint64(2*n.cfg.HeartbeatTicks + 2) }
+
 // resign picks Resign's transferee and starts the transfer.
+//
+// A transfer under way to a voter heard from within the last retry period
+// (resignRetryTicks) is left to run: that voter is alive, perhaps still
+// catching up, and a new pick would make raft abort the transfer and start
+// over with another. Picking afresh at every retry let a leader under load
+// (its transferee not heard from within a heartbeat interval for a moment)
+// switch between its followers until the time Close gives the transfer ran
+// out, and stop without handing over (seen in TestRollingRestartRemote
+// under -race with two busy cores). A transferee that crashed is silent
+// for the whole period and is replaced at the next retry; raft abandons a
+// transfer that has not finished within an election timeout, after which
+// the pick is free again.
 func (n *Node) resign() error {
 	st := n.rn.Status()
 	if st.RaftState != raft.StateLeader {
 		return ErrNotLeader
+	}
+	if t := st.LeadTransferee; t != 0 {
+		if silent, ok := n.silence(t); ok && silent < n.resignRetryTicks() {
+			return nil
+		}
 	}
 	// Preference: heard from within the last heartbeat interval or so (a
 	// live follower answers every heartbeat; one that has just crashed

@@ -193,3 +193,91 @@ func TestResignRetriesOnConfiguredClock(t *testing.T) {
 		t.Fatalf("Resign: %v, want context.Canceled", err)
 	}
 }
+
+// TestResignKeepsAnsweringTransferee: Resign's renewed pick leaves a
+// transfer under way alone while its transferee keeps answering, even when
+// that has not been within a heartbeat interval (a loaded host), rather
+// than switching raft's transfer to the other follower (raft aborts the
+// first transfer and starts over). Here MsgTimeoutNow is dropped, so the
+// transfer never completes; the transferee is heard from once after the
+// first pick and then falls silent, so that at the first renewed pick it
+// was heard within the retry period but not within a heartbeat interval.
+// The other follower must get no MsgTimeoutNow until raft has abandoned
+// the first transfer (an election timeout after it began).
+func TestResignKeepsAnsweringTransferee(t *testing.T) {
+	const hb = 2 // fresh: heard within 3 ticks; renewed pick every 6 ticks
+	c := newClusterWith(t, 3, func(cfg *Config) { cfg.HeartbeatTicks = hb })
+	lead := c.settledLeader()
+
+	var (
+		mu       sync.Mutex
+		firstTo  uint64 // the first transferee
+		ticks    int    // ticks since Resign's first pick
+		otherAt  = -1   // the tick of the other follower's first MsgTimeoutNow
+		stashed  []*raftpb.Message
+		stashing bool
+	)
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.GetType() == raftpb.MsgTimeoutNow {
+			switch {
+			case firstTo == 0:
+				firstTo = m.GetTo()
+				stashing = true
+			case m.GetTo() != firstTo && otherAt < 0:
+				otherAt = ticks
+			}
+			return false // the transfer never completes
+		}
+		if stashing && from == firstTo && m.GetTo() == lead {
+			stashed = append(stashed, proto.Clone(m).(*raftpb.Message))
+			return false
+		}
+		return true
+	})
+	defer c.setHook(nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.nodes[lead].Resign(ctx) }()
+	c.waitFor("the first pick", func() bool { mu.Lock(); defer mu.Unlock(); return firstTo != 0 })
+
+	tick := func() {
+		c.clk.tick()
+		time.Sleep(2 * time.Millisecond) // let the nodes handle what it sent
+		mu.Lock()
+		ticks++
+		mu.Unlock()
+	}
+	// Two ticks bring a heartbeat round; the transferee's answer is the
+	// one sign of life the leader gets from it.
+	tick()
+	tick()
+	c.waitFor("the transferee's answer", func() bool { mu.Lock(); defer mu.Unlock(); return len(stashed) > 0 })
+	mu.Lock()
+	answer := stashed[len(stashed)-1]
+	mu.Unlock()
+	c.deliver(answer)
+	time.Sleep(2 * time.Millisecond)
+	// The renewed pick comes 6 ticks after the first, raft abandons the
+	// transfer 10 ticks after it began, and the pick after that (tick 12)
+	// is free to go to the other follower.
+	for range 2 * electionTicks {
+		tick()
+	}
+	mu.Lock()
+	at := otherAt
+	mu.Unlock()
+	if at < 0 {
+		t.Fatalf("no transfer to the other follower in %d ticks: Resign's renewed picks did not run", 2*electionTicks+2)
+	}
+	if at < electionTicks {
+		t.Fatalf("the transfer switched to the other follower at tick %d, while raft's transfer to %d (heard from at tick 2) was under way", at, firstTo)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Resign: %v, want context.Canceled", err)
+	}
+}
