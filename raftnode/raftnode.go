@@ -952,25 +952,23 @@ func (n *Node) resignRetryTicks() uint64 { return uint64(2*n.cfg.HeartbeatTicks 
 // resign picks Resign's transferee and starts the transfer.
 //
 // A transfer under way to a voter heard from within the last retry period
-// (resignRetryTicks) is left to run: that voter is alive, perhaps still
-// catching up, and a new pick would make raft abort the transfer and start
-// over with another. Picking afresh at every retry let a leader under load
-// (its transferee not heard from within a heartbeat interval for a moment)
-// switch between its followers until the time Close gives the transfer ran
-// out, and stop without handing over (seen in TestRollingRestartRemote
-// under -race with two busy cores). A transferee that crashed is silent
-// for the whole period and is replaced at the next retry; raft abandons a
+// (resignRetryTicks) is left to run unless the pick has a longer log: that
+// voter is alive, perhaps still catching up, and a new pick makes raft
+// abort the transfer and start over with another. Picking afresh at every
+// retry let a leader under load (its transferee, the one with the longer
+// log, not heard from within a heartbeat interval for a moment) switch
+// between its followers until the time Close gives the transfer ran out,
+// and stop without handing over (seen in TestRollingRestartRemote under
+// -race with two busy cores). A transferee that crashed is silent for the
+// whole period and is replaced at the next retry, and one that lags behind
+// the other pick is replaced by it (raft refuses proposals during the
+// transfer, so the longer log is the nearer to done); raft abandons a
 // transfer that has not finished within an election timeout, after which
 // the pick is free again.
 func (n *Node) resign() error {
 	st := n.rn.Status()
 	if st.RaftState != raft.StateLeader {
 		return ErrNotLeader
-	}
-	if t := st.LeadTransferee; t != 0 {
-		if silent, ok := n.silence(t); ok && silent < n.resignRetryTicks() {
-			return nil
-		}
 	}
 	// Preference: heard from within the last heartbeat interval or so (a
 	// live follower answers every heartbeat; one that has just crashed
@@ -986,6 +984,11 @@ func (n *Node) resign() error {
 		if best == 0 || fresh && !bestFresh ||
 			fresh == bestFresh && (pr.Match > bestMatch || pr.Match == bestMatch && id < best) {
 			best, bestMatch, bestFresh = id, pr.Match, fresh
+		}
+	}
+	if t := st.LeadTransferee; t != 0 && t != best {
+		if silent, ok := n.silence(t); ok && silent < n.resignRetryTicks() && st.Progress[t].Match >= bestMatch {
+			return nil // the transfer under way goes on
 		}
 	}
 	if best == 0 {

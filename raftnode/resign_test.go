@@ -281,3 +281,104 @@ func TestResignKeepsAnsweringTransferee(t *testing.T) {
 		t.Fatalf("Resign: %v, want context.Canceled", err)
 	}
 }
+
+// TestResignSwitchesFromLaggingTransferee: a transfer under way is left to
+// run only while no other pick has a longer log. Here the first pick is a
+// follower that lags (its appends are dropped, its heartbeat answers get
+// through) because the other, further ahead, has not been heard from for a
+// moment; once the other answers again, the renewed pick switches to it
+// (raft refuses proposals during the transfer, so the longer log is nearer
+// to done), well before raft abandons the first transfer.
+func TestResignSwitchesFromLaggingTransferee(t *testing.T) {
+	const hb = 2 // fresh: heard within 3 ticks; renewed pick every 6 ticks
+	c := newClusterWith(t, 3, func(cfg *Config) { cfg.HeartbeatTicks = hb })
+	lead := c.settledLeader()
+	fs := c.others(lead)
+	lag, ahead := fs[0], fs[1]
+
+	var (
+		mu         sync.Mutex
+		muteAhead  bool
+		resigning  bool
+		appsToLag  int // appends to lag since Resign began
+		ticks      int // ticks since Resign began
+		aheadTNAt  = -1
+		lagTimeout bool
+	)
+	c.setHook(func(from uint64, m *raftpb.Message) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case m.GetType() == raftpb.MsgTimeoutNow:
+			if m.GetTo() == ahead && aheadTNAt < 0 {
+				aheadTNAt = ticks
+			}
+			if m.GetTo() == lag {
+				lagTimeout = true
+			}
+			return false // the transfer never completes
+		case m.GetTo() == lag && m.GetType() == raftpb.MsgApp:
+			if resigning {
+				appsToLag++
+			}
+			return false // lag stays behind
+		case from == ahead && m.GetTo() == lead:
+			return !muteAhead
+		}
+		return true
+	})
+	defer c.setHook(nil)
+
+	c.propose(lead, "y") // committed by lead and ahead only
+	c.waitApplied("y", lead, ahead)
+	tick := func() {
+		c.clk.tick()
+		time.Sleep(2 * time.Millisecond) // let the nodes handle what it sent
+		mu.Lock()
+		ticks++
+		mu.Unlock()
+	}
+	// ahead falls silent for longer than a heartbeat interval: the first
+	// pick goes to lag, the only fresh follower, although it is behind.
+	mu.Lock()
+	muteAhead = true
+	mu.Unlock()
+	for range 2 * hb {
+		tick()
+	}
+	mu.Lock()
+	resigning, ticks = true, 0
+	mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.nodes[lead].Resign(ctx) }()
+	// With no tick, the only append the leader sends lag is the
+	// transfer's catch-up: the first pick was made, and it was lag (ahead,
+	// caught up, would have been sent MsgTimeoutNow at once).
+	c.waitFor("the transfer's append to the lagging follower", func() bool { mu.Lock(); defer mu.Unlock(); return appsToLag > 0 })
+	mu.Lock()
+	if aheadTNAt >= 0 {
+		mu.Unlock()
+		t.Fatalf("the first pick was %d, the follower not heard from within a heartbeat interval; want %d", ahead, lag)
+	}
+	muteAhead = false
+	mu.Unlock()
+
+	for range 2 * electionTicks {
+		tick()
+	}
+	mu.Lock()
+	at, lagTN := aheadTNAt, lagTimeout
+	mu.Unlock()
+	if lagTN {
+		t.Fatalf("the lagging follower %d was sent MsgTimeoutNow", lag)
+	}
+	if at < 0 || at >= electionTicks {
+		t.Fatalf("the transfer went to %d (the longer log, answering again) at tick %d; want it at the renewed pick, before raft abandons the transfer to %d at tick %d", ahead, at, lag, electionTicks)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Resign: %v, want context.Canceled", err)
+	}
+}
