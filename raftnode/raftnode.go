@@ -895,10 +895,10 @@ func (n *Node) TransferLeadership(id uint64) {
 // only in the moments before either the transport notices or an election
 // timeout passes. Without a new leader the pick is made again every
 // 2×HeartbeatTicks+2 ticks, but a transfer under way stays with its
-// transferee while that keeps answering and no other pick has a longer log. While the transfer runs, raft
-// refuses proposals (Propose returns ErrNotLeader); raft abandons a
-// transfer that has not finished within an election timeout and this node
-// stays leader.
+// transferee while that keeps answering and no other pick has a longer
+// log. While the transfer runs, raft refuses proposals (Propose returns
+// ErrNotLeader); raft abandons a transfer that has not finished within an
+// election timeout and this node stays leader.
 //
 // It returns nil once another member leads, ErrNotLeader when this node is
 // not the leader when called, ErrNoTransferee when no other voter is
