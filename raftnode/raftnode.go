@@ -250,6 +250,9 @@ type Status struct {
 	Commit  uint64
 	Applied uint64
 	State   raft.StateType
+	// LeadTransferee is the voter a leadership transfer under way on this
+	// leader goes to (Resign, TransferLeadership); 0 when none.
+	LeadTransferee uint64
 }
 
 // Node runs one raft replica. Its exported methods are safe for concurrent
@@ -894,9 +897,9 @@ func (n *Node) TransferLeadership(id uint64) {
 // first, then the longest log (match index). A voter that crashed is picked
 // only in the moments before either the transport notices or an election
 // timeout passes. Without a new leader the pick is made again every
-// 2×HeartbeatTicks+2 ticks, but a transfer under way stays with its
-// transferee while that keeps answering and no other pick has a longer
-// log. While the transfer runs, raft refuses proposals (Propose returns
+// 2×HeartbeatTicks+2 ticks, but a transfer under way stays with a
+// transferee that is still being caught up while it keeps answering and
+// the new pick's log is no longer than its own. While the transfer runs, raft refuses proposals (Propose returns
 // ErrNotLeader); raft abandons a transfer that has not finished within an
 // election timeout and this node stays leader.
 //
@@ -912,7 +915,7 @@ func (n *Node) Resign(ctx context.Context) error {
 	// A transferee that crashed an instant before is still reachable by
 	// the rules above until its silence shows; every few heartbeats
 	// without a new leader the choice is made again (resign), and raft
-	// switches the transfer to a different pick.
+	// switches the transfer when that picks another.
 	retry := n.clk.NewTicker(time.Duration(n.resignRetryTicks()) * n.cfg.TickInterval)
 	defer retry.Stop()
 	for {
@@ -951,20 +954,22 @@ func (n *Node) resignRetryTicks() uint64 { return uint64(2*n.cfg.HeartbeatTicks 
 
 // resign picks Resign's transferee and starts the transfer.
 //
-// A transfer under way to a voter heard from within the last retry period
-// (resignRetryTicks) is left to run unless the pick has a longer log: that
-// voter is alive, perhaps still catching up, and a new pick makes raft
-// abort the transfer and start over with another. Picking afresh at every
-// retry let a leader under load (its transferee, the one with the longer
-// log, not heard from within a heartbeat interval for a moment) switch
-// between its followers until the time Close gives the transfer ran out,
-// and stop without handing over (seen in TestRollingRestartRemote under
-// -race with two busy cores). A transferee that crashed is silent for the
-// whole period and is replaced at the next retry, and one that lags behind
-// the other pick is replaced by it (raft refuses proposals during the
-// transfer, so the longer log is the nearer to done); raft abandons a
-// transfer that has not finished within an election timeout, after which
-// the pick is free again.
+// A transfer under way is left to run while its transferee is still being
+// caught up (its match index is below this leader's), was heard from
+// within the last retry period (resignRetryTicks), and is at least as far
+// along as the new pick: a new pick makes raft abort the transfer and
+// start over with another, and picking afresh at every retry let a leader
+// under load (its transferee, the one with the longer log, not heard from
+// within a heartbeat interval for a moment) switch between its followers
+// until the time Close gives the transfer ran out (seen in
+// TestRollingRestartRemote under -race with two busy cores). Otherwise
+// the pick is made afresh: a transferee that caught up has been sent
+// MsgTimeoutNow already, so a new pick loses no work when it has not taken
+// over by now (it may have frozen); one silent for the whole period may
+// have crashed; and one behind the new pick is farther from done (raft
+// refuses proposals during the transfer). raft abandons a transfer that
+// has not finished within an election timeout, after which the pick is
+// free again.
 func (n *Node) resign() error {
 	st := n.rn.Status()
 	if st.RaftState != raft.StateLeader {
@@ -987,7 +992,9 @@ func (n *Node) resign() error {
 		}
 	}
 	if t := st.LeadTransferee; t != 0 && t != best {
-		if silent, ok := n.silence(t); ok && silent < n.resignRetryTicks() && st.Progress[t].Match >= bestMatch {
+		match := st.Progress[t].Match
+		if silent, ok := n.silence(t); ok && silent < n.resignRetryTicks() &&
+			match >= bestMatch && match < st.Progress[n.cfg.ID].Match {
 			return nil // the transfer under way goes on
 		}
 	}
@@ -1749,6 +1756,8 @@ func (n *Node) publishStatus() {
 		Commit:  bs.GetCommit(),
 		Applied: applied,
 		State:   bs.RaftState,
+
+		LeadTransferee: bs.LeadTransferee,
 	}
 	old := n.status.Load()
 	n.status.Store(st)
