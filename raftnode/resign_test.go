@@ -198,8 +198,8 @@ func TestResignRetriesOnConfiguredClock(t *testing.T) {
 // transferWatch runs a leader's Resign on the manual clock and controls
 // what the transfer sees: MsgTimeoutNow is dropped (no transfer completes)
 // unless passTimeoutNow is set, a muted follower's messages to the leader
-// are held back (its silence grows), and appends to a follower in behind
-// are dropped (it cannot catch up).
+// are held back (its silence grows), and appends to a follower marked
+// behind are dropped (it cannot catch up).
 type transferWatch struct {
 	t    *testing.T
 	c    *cluster
@@ -210,8 +210,7 @@ type transferWatch struct {
 	muted          map[uint64][]*raftpb.Message
 	behind         map[uint64]bool
 
-	done   chan error
-	cancel context.CancelFunc
+	done chan error // Resign's result
 }
 
 func newTransferWatch(t *testing.T, heartbeatTicks int) *transferWatch {
@@ -270,7 +269,7 @@ func (w *transferWatch) oneWord(id uint64) {
 // resign starts Resign and returns the first transferee.
 func (w *transferWatch) resign() uint64 {
 	ctx, cancel := context.WithCancel(context.Background())
-	w.done, w.cancel = make(chan error, 1), cancel
+	w.done = make(chan error, 1)
 	w.t.Cleanup(cancel)
 	go func() { w.done <- w.c.nodes[w.lead].Resign(ctx) }()
 	var first uint64
