@@ -899,9 +899,10 @@ func (n *Node) TransferLeadership(id uint64) {
 // timeout passes. Without a new leader the pick is made again every
 // 2×HeartbeatTicks+2 ticks, but a transfer under way stays with a
 // transferee that is still being caught up while it keeps answering and
-// the new pick's log is no longer than its own. While the transfer runs, raft refuses proposals (Propose returns
-// ErrNotLeader); raft abandons a transfer that has not finished within an
-// election timeout and this node stays leader.
+// the new pick's log is no longer than its own. While the transfer runs,
+// raft refuses proposals (Propose returns ErrNotLeader); raft abandons a
+// transfer that has not finished within an election timeout and this node
+// stays leader.
 //
 // It returns nil once another member leads, ErrNotLeader when this node is
 // not the leader when called, ErrNoTransferee when no other voter is
