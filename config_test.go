@@ -129,6 +129,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("WithTTL(%v): %v", ttl, err)
 		}
 	}
+	// The leader publishes its status after the apply that answered the
+	// 256-byte acquire: wait for it to show that commit, then check that
+	// nothing came after it.
+	waitFor(t, "the leader's status to show the acquire's commit", func() bool { return c.Node(lead).Status().Commit >= before })
 	if after := c.Node(lead).Status().Commit; after != before {
 		t.Errorf("bad input reached the log: commit %d -> %d", before, after)
 	}

@@ -180,7 +180,8 @@ func (a *agLoad) run(s *quorumlock.Session, where string, stop <-chan struct{}, 
 		// (ErrUnknownOutcome) is settled by releasing again, as Release's
 		// doc says, or the session's next Acquire of the name would get
 		// the same grant back.
-		for try := 1; ; try++ {
+		try := 1
+		for ; ; try++ {
 			if try > 4 {
 				a.fail("%s: Release(%s) token %d session %d: no outcome in %d tries", where, name, l.Token(), s.ID(), try-1)
 				return
@@ -200,6 +201,12 @@ func (a *agLoad) run(s *quorumlock.Session, where string, stop <-chan struct{}, 
 		if err != nil {
 			if allowed(err) {
 				return
+			}
+			if errors.Is(err, quorumlock.ErrNotHeld) && try > 1 {
+				// An earlier attempt whose outcome was unknown freed the
+				// grant: the retry finds it no longer current, which
+				// settles the release (Release's doc).
+				continue
 			}
 			a.fail("%s: Release(%s) token %d session %d: %v", where, name, l.Token(), s.ID(), err)
 			return
