@@ -207,6 +207,7 @@ type transferWatch struct {
 
 	mu             sync.Mutex
 	passTimeoutNow bool
+	timeoutNowTo   map[uint64]bool // who was sent MsgTimeoutNow
 	muted          map[uint64][]*raftpb.Message
 	behind         map[uint64]bool
 
@@ -215,7 +216,7 @@ type transferWatch struct {
 
 func newTransferWatch(t *testing.T, heartbeatTicks int) *transferWatch {
 	c := newClusterWith(t, 3, func(cfg *Config) { cfg.HeartbeatTicks = heartbeatTicks })
-	w := &transferWatch{t: t, c: c, lead: c.settledLeader(), muted: make(map[uint64][]*raftpb.Message), behind: make(map[uint64]bool)}
+	w := &transferWatch{t: t, c: c, lead: c.settledLeader(), timeoutNowTo: make(map[uint64]bool), muted: make(map[uint64][]*raftpb.Message), behind: make(map[uint64]bool)}
 	c.setHook(w.hook)
 	t.Cleanup(func() { c.setHook(nil) })
 	return w
@@ -226,6 +227,7 @@ func (w *transferWatch) hook(from uint64, m *raftpb.Message) bool {
 	defer w.mu.Unlock()
 	switch {
 	case m.GetType() == raftpb.MsgTimeoutNow:
+		w.timeoutNowTo[m.GetTo()] = true
 		return w.passTimeoutNow
 	case m.GetType() == raftpb.MsgApp && w.behind[m.GetTo()]:
 		return false
@@ -404,94 +406,42 @@ func TestResignReplacesCaughtUpTransferee(t *testing.T) {
 // to done), well before raft abandons the first transfer.
 func TestResignSwitchesFromLaggingTransferee(t *testing.T) {
 	const hb = 2 // fresh: heard within 3 ticks; renewed pick every 6 ticks
-	c := newClusterWith(t, 3, func(cfg *Config) { cfg.HeartbeatTicks = hb })
-	lead := c.settledLeader()
-	fs := c.others(lead)
+	w := newTransferWatch(t, hb)
+	fs := w.c.others(w.lead)
 	lag, ahead := fs[0], fs[1]
+	w.mu.Lock()
+	w.behind[lag] = true
+	w.mu.Unlock()
+	w.c.propose(w.lead, "y") // committed by the leader and ahead only
+	w.c.waitApplied("y", w.lead, ahead)
 
-	var (
-		mu         sync.Mutex
-		muteAhead  bool
-		resigning  bool
-		appsToLag  int // appends to lag since Resign began
-		ticks      int // ticks since Resign began
-		aheadTNAt  = -1
-		lagTimeout bool
-	)
-	c.setHook(func(from uint64, m *raftpb.Message) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case m.GetType() == raftpb.MsgTimeoutNow:
-			if m.GetTo() == ahead && aheadTNAt < 0 {
-				aheadTNAt = ticks
-			}
-			if m.GetTo() == lag {
-				lagTimeout = true
-			}
-			return false // the transfer never completes
-		case m.GetTo() == lag && m.GetType() == raftpb.MsgApp:
-			if resigning {
-				appsToLag++
-			}
-			return false // lag stays behind
-		case from == ahead && m.GetTo() == lead:
-			return !muteAhead
-		}
-		return true
-	})
-	defer c.setHook(nil)
-
-	c.propose(lead, "y") // committed by lead and ahead only
-	c.waitApplied("y", lead, ahead)
-	tick := func() {
-		c.clk.tick()
-		time.Sleep(2 * time.Millisecond) // let the nodes handle what it sent
-		mu.Lock()
-		ticks++
-		mu.Unlock()
-	}
 	// ahead falls silent for longer than a heartbeat interval: the first
 	// pick goes to lag, the only fresh follower, although it is behind.
-	mu.Lock()
-	muteAhead = true
-	mu.Unlock()
+	w.mute(ahead)
 	for range 2 * hb {
-		tick()
+		w.tick()
 	}
-	mu.Lock()
-	resigning, ticks = true, 0
-	mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.nodes[lead].Resign(ctx) }()
-	// With no tick, the only append the leader sends lag is the
-	// transfer's catch-up: the first pick was made, and it was lag (ahead,
-	// caught up, would have been sent MsgTimeoutNow at once).
-	c.waitFor("the transfer's append to the lagging follower", func() bool { mu.Lock(); defer mu.Unlock(); return appsToLag > 0 })
-	mu.Lock()
-	if aheadTNAt >= 0 {
-		mu.Unlock()
-		t.Fatalf("the first pick was %d, the follower not heard from within a heartbeat interval; want %d", ahead, lag)
+	if first := w.resign(); first != lag {
+		t.Fatalf("the first pick was %d, the follower not heard from within a heartbeat interval; want %d", first, lag)
 	}
-	muteAhead = false
-	mu.Unlock()
+	w.mu.Lock()
+	delete(w.muted, ahead)
+	w.mu.Unlock()
 
-	for range 2 * electionTicks {
-		tick()
+	switched := -1
+	for i := 1; i < electionTicks && switched < 0; i++ {
+		w.tick()
+		if w.transferee() == ahead {
+			switched = i
+		}
 	}
-	mu.Lock()
-	at, lagTN := aheadTNAt, lagTimeout
-	mu.Unlock()
+	w.mu.Lock()
+	lagTN := w.timeoutNowTo[lag]
+	w.mu.Unlock()
 	if lagTN {
 		t.Fatalf("the lagging follower %d was sent MsgTimeoutNow", lag)
 	}
-	if at < 0 || at >= electionTicks {
-		t.Fatalf("the transfer went to %d (the longer log, answering again) at tick %d; want it at the renewed pick, before raft abandons the transfer to %d at tick %d", ahead, at, lag, electionTicks)
-	}
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Resign: %v, want context.Canceled", err)
+	if switched < 0 {
+		t.Fatalf("the transfer did not go to %d (the longer log, answering again) before raft abandons the transfer to %d at tick %d", ahead, lag, electionTicks)
 	}
 }
