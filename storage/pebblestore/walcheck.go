@@ -1,10 +1,10 @@
 package pebblestore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"strconv"
 	"strings"
 
@@ -131,7 +131,7 @@ func syncedDamage(fs vfs.FS, path, what string, at chunkAt, maxHeader int) error
 	if err != nil {
 		return fmt.Errorf("pebblestore: open %s: %w", path, err)
 	}
-	data, err := io.ReadAll(f)
+	data, err := readAll(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -143,12 +143,54 @@ func syncedDamage(fs vfs.FS, path, what string, at chunkAt, maxHeader int) error
 		return nil
 	}
 	for p := bad + 1; p+walLegacyHeaderSize <= len(data); p++ {
+		if data[p+6] == 0 {
+			// No chunk begins here: a chunk's type byte (offset 6) is
+			// never zero. Skip to where the next nonzero byte could be
+			// one: a preallocated WAL is zeros after its last record
+			// (prealloc.go), megabytes of them.
+			q := nextNonZero(data, p+6)
+			if q < 0 {
+				break
+			}
+			p = q - 6 - 1 // the loop's p++ makes it q - 6
+			continue
+		}
 		if ok, first, _ := at(data, p); ok && first {
 			return fmt.Errorf("pebblestore: %s: damaged %s record at offset %d is followed by a valid record at offset %d, so it was synced: %w",
 				path, what, bad, p, storage.ErrCorrupt)
 		}
 	}
 	return nil
+}
+
+// readAll reads f whole into a buffer of its size, where io.ReadAll would
+// grow one by doubling (a WAL is preallocated to about 9 MiB).
+func readAll(f vfs.File) ([]byte, error) {
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, info.Size()+bytes.MinRead))
+	_, err = buf.ReadFrom(f)
+	return buf.Bytes(), err
+}
+
+// nextNonZero returns the offset of the first nonzero byte of b at or after
+// from, or -1 when there is none. It compares blocks at a time, as the
+// runs it skips are long.
+func nextNonZero(b []byte, from int) int {
+	var zeros [4096]byte
+	for from < len(b) {
+		n := min(len(b)-from, len(zeros))
+		if !bytes.Equal(b[from:from+n], zeros[:n]) {
+			for b[from] == 0 {
+				from++
+			}
+			return from
+		}
+		from += n
+	}
+	return -1
 }
 
 func allZero(b []byte) bool {
