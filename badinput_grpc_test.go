@@ -17,6 +17,7 @@ import (
 // every replica must still run, agree on the lock and session tables, and
 // the cluster must still serve a well-formed client.
 func TestBadInputGRPCGarbageKeepsReplicasConsistent(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	var clis []lockpb.LockClient

@@ -44,6 +44,7 @@ func TestBadInputClientLocksCursorNotUTF8(t *testing.T) {
 // retried that page until ctx ended. The replica now ends a page early
 // (more = true) and the pages together list every lock once.
 func TestBadInputClientLocksPageFitsMessage(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 1})
 	id := c.WaitLeader(5 * time.Second)
 	raw := dialLeader(t, c.Node(id))

@@ -192,12 +192,14 @@ func storageSweep(t *testing.T, backend quorumlock.LogBackend, skip func(rel, mu
 // cut are lost (docs/storage.md, "What recovery cannot detect"; etcd's WAL
 // behaves the same).
 func TestBadInputDamagedWALStorage(t *testing.T) {
+	t.Parallel()
 	storageSweep(t, quorumlock.LogWAL, func(rel, m string) bool {
 		return strings.HasSuffix(rel, ".wal") && strings.HasPrefix(m, "truncate")
 	})
 }
 
 func TestBadInputDamagedPebbleStorage(t *testing.T) {
+	t.Parallel()
 	storageSweep(t, quorumlock.LogPebble, func(rel, m string) bool {
 		return strings.HasSuffix(rel, ".log") && (strings.HasPrefix(m, "truncate") || m == "empty" || m == "zero-second-half")
 	})

@@ -96,6 +96,7 @@ func TestOneLeaderPerEpoch(t *testing.T) {
 // Epochs grow across resignation, session expiry and replica failover, and
 // Leader reports the current one with its value.
 func TestEpochsAcrossResignExpiryFailover(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	f1, f2 := follower(c, lead), follower(c, lead, follower(c, lead))
@@ -164,6 +165,7 @@ func TestEpochsAcrossResignExpiryFailover(t *testing.T) {
 // The leader's Context is cancelled before any other candidate is elected
 // when the leader's replica is cut off.
 func TestLeadershipEndsBeforeNextElected(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	x := follower(c, lead)

@@ -16,6 +16,7 @@ const testTTL = 2 * time.Second
 // from the cluster is told it lost the lock before any other session can be
 // granted the lock, whether its replica is a follower or the leader.
 func TestCutOffHolderLosesLockBeforeRegrant(t *testing.T) {
+	t.Parallel()
 	for _, where := range []string{"follower", "leader"} {
 		t.Run(where, func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: testTTL})
@@ -98,6 +99,7 @@ func TestDeposedLeaderDoesNotExtendLease(t *testing.T) {
 // A leaderless window shorter than the TTL loses no lock and expires no
 // session: the new leader gives every session a fresh TTL.
 func TestLeaderlessWindowKeepsSessions(t *testing.T) {
+	t.Parallel()
 	const ttl = 4 * time.Second
 	for _, how := range []string{"no-quorum", "leader-stopped"} {
 		t.Run(how, func(t *testing.T) {

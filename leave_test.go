@@ -125,6 +125,7 @@ func hasLock(s *Session, name string) bool {
 // nothing retired it) the copy queued the session again, and the session
 // was later granted x, which no Lock of it represents (found by a review).
 func TestLeftAcquireTakenBack(t *testing.T) {
+	t.Parallel()
 	be, _, s := newLeaseHarness(t, true)
 	rec := &recorder{}
 	be.mu.Lock()

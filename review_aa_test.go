@@ -483,6 +483,7 @@ func aaClass(err error) string {
 // token relations. Every new grant of a name has a larger token than
 // the last, and a read never shows a token other than the one granted.
 func TestReviewAASameScriptSameOutcomes(t *testing.T) {
+	t.Parallel()
 	nodes, ops := aaOpeners(t)
 	admin := specDial(t, nodes)
 	ctx := testCtx(t, 120*time.Second)
@@ -738,6 +739,7 @@ func otherIDs(ids []uint64, skip ...uint64) []uint64 {
 // place and is granted with a larger token when the holder releases; an
 // Observe stream reports no change of leader.
 func TestReviewAALeaderlessWindowKeepsRemoteSessionsAndRoles(t *testing.T) {
+	t.Parallel()
 	const ttl = 4 * time.Second
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: ttl})
 	lead := c.WaitLeader(5 * time.Second)
@@ -803,6 +805,7 @@ func TestReviewAALeaderlessWindowKeepsRemoteSessionsAndRoles(t *testing.T) {
 // one opener, and Session.Close), a Holder or Leader through every other opener already
 // shows its effect, never the state before it.
 func TestReviewAAReadsSeeEveryAcknowledgedWrite(t *testing.T) {
+	t.Parallel()
 	nodes, ops := aaOpeners(t)
 	ctx := testCtx(t, 120*time.Second)
 	readers := []opener{nodes[0], nodes[1], nodes[2], ops[2].o}

@@ -13,6 +13,7 @@ import (
 // dials it with a "unix:///path" target, as Dial's doc allows: sessions
 // heartbeat over it (a 1 s session lives through 3 s) and locks work.
 func TestReviewAAUnixSocketClient(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "q.sock")
 	lis, err := net.Listen("unix", sock)

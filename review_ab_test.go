@@ -22,6 +22,7 @@ import (
 // is over for good and the table names the waiter (invariant 5: never
 // resurrected).
 func TestReviewABDeafLeaderHolderLosesFirst(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: testTTL})
 	lead := c.WaitLeader(5 * time.Second)
 	a := newSession(t, c.Node(lead))
@@ -137,6 +138,7 @@ func TestReviewABDeafLeaderHolderLosesFirst(t *testing.T) {
 // lower epoch, and its linearizable reads must show the new holder, with
 // the old session over for good (invariants 2, 5, 9).
 func TestReviewABObserveAcrossSnapshotInstall(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: testTTL, Configure: func(cfg *quorumlock.Config) {
 		cfg.SnapshotEntries = 8
 	}})

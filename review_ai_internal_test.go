@@ -773,6 +773,7 @@ func inflightOf(s *Session) string {
 // Found so far: TestReviewAIReleasedMarkOutlivesTheCalls and
 // TestReviewAILeftPlaceQueuedAgainAfterItsWithdrawal.
 func TestReviewAISharedSessionModel(t *testing.T) {
+	t.Parallel()
 	seeds := aiEnv("QL_AI_SEEDS", 4)
 	first := aiEnv("QL_AI_SEED", 1)
 	ops := aiEnv("QL_AI_OPS", 600)

@@ -30,6 +30,7 @@ import (
 // release is still free, and the next grant's token is above every token
 // seen so far (invariants 2 and 10).
 func TestReviewCRestartAllRepeatedly(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
 		t.Run(string(backend), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 2 * time.Minute, Configure: func(cfg *quorumlock.Config) {
@@ -203,6 +204,7 @@ func startRefused(t *testing.T, cfg quorumlock.Config) {
 // replica's directory made read-only or unreadable. Root bypasses file
 // permissions, so under root the test runs itself again as nobody.
 func TestReviewCStartWithoutPermissions(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() == 0 {
 		reexecAsNobody(t, "TestReviewCStartWithoutPermissions")
 		return

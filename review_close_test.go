@@ -74,6 +74,7 @@ func TestReviewClientCloseLeavesNoGoroutines(t *testing.T) {
 // A remote holder cut off from every replica sees Lost close before the
 // cluster grants its lock to the next waiter (invariant 5 through Dial).
 func TestReviewRemoteCutOffHolderLosesFirst(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 2 * time.Second})
 	lead := c.WaitLeader(5 * time.Second)
 	const clientID = 100
@@ -124,6 +125,7 @@ func errorsIsExpired(err error) bool { return errors.Is(err, quorumlock.ErrSessi
 // majority changed the role's leader; through a client that only knows
 // the cut-off replica as well.
 func TestReviewCutOffReplicaReadsDoNotGoStale(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	f := follower(c, lead)

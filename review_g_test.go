@@ -157,6 +157,7 @@ func resealSnapshot(t *testing.T, path string) {
 // directory). A directory of another member or cluster is refused with
 // ErrForeignDataDir and not storage.ErrCorrupt.
 func TestReviewGDamageIsErrCorrupt(t *testing.T) {
+	t.Parallel()
 	type damage struct {
 		name string
 		// do damages dir and returns what the error must contain.

@@ -214,6 +214,7 @@ func TestHiddenReleaseTwice(t *testing.T) {
 // fails with ErrSessionExpired and does not disturb the new holder.
 // Both a follower's and the leader's session are checked.
 func TestHiddenCutOffReplicaLosesLockFirst(t *testing.T) {
+	t.Parallel()
 	for _, onLeader := range []bool{false, true} {
 		t.Run(fmt.Sprintf("onLeader=%v", onLeader), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3})
@@ -514,6 +515,7 @@ func TestHiddenRoleNamespace(t *testing.T) {
 // its Proclaim then fails. Observe on a majority replica reports the
 // change with a "no leader" in between.
 func TestHiddenLeaderCutOffEndsBeforeNextElected(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	victim := follower(c, ld)
@@ -559,6 +561,7 @@ func TestHiddenLeaderCutOffEndsBeforeNextElected(t *testing.T) {
 // The leader's replica crashes: the candidate on another replica takes over
 // with a larger epoch; Observe on a surviving replica keeps reporting.
 func TestHiddenElectAcrossReplicaFailover(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	rl := c.WaitLeader(10 * time.Second) // raft leader
 	ctx := testCtx(t, 60*time.Second)
@@ -696,6 +699,7 @@ func TestHiddenLeaderSessionCloseHandsOver(t *testing.T) {
 // A candidate whose session dies while it waits never becomes leader: the
 // candidate behind it is next.
 func TestHiddenDeadCandidateNeverLeads(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	victim := follower(c, ld)
@@ -785,6 +789,7 @@ func TestHiddenNodeElectCancelledLeavesNoSession(t *testing.T) {
 // while the raft leader is restarted gracefully and while it crashes:
 // a leaderless window shorter than the TTL loses no lock.
 func TestHiddenLockSurvivesLeaderChanges(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	f := follower(c, ld)
@@ -932,6 +937,7 @@ func TestHiddenObserveResumesAfterPartition(t *testing.T) {
 // closes (its replica stopped), and a candidate after the restart is
 // elected (once the cluster expires the old session) with a larger epoch.
 func TestHiddenElectAfterWholeClusterRestart(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	ctx := testCtx(t, 60*time.Second)
@@ -1047,6 +1053,7 @@ func TestHiddenConcurrentMutualExclusion(t *testing.T) {
 // with ErrSessionExpired once its lease runs out, and it never gets the
 // lock.
 func TestHiddenWaiterCutOffEnds(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	f := follower(c, ld)
@@ -1082,6 +1089,7 @@ func TestHiddenWaiterCutOffEnds(t *testing.T) {
 // The only leader's session expires (its replica is cut off): Leader on
 // the majority then answers ErrNoLeader and Observe reports "no leader".
 func TestHiddenLeaderExpiryLeavesNoLeader(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	victim := follower(c, ld)
@@ -1207,6 +1215,7 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 // to a new session, once the cluster expires the old one, with a larger
 // token, and a Fence refuses the old token.
 func TestHiddenTokenAfterRestartWithoutRelease(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	ctx := testCtx(t, 60*time.Second)

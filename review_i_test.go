@@ -460,6 +460,7 @@ func TestReviewILimits(t *testing.T) {
 // message does not claim it expired: it said "the cluster expired it",
 // which lockctl acquire printed after lockctl release had revoked it.
 func TestReviewIRevokedSessionSaysSo(t *testing.T) {
+	t.Parallel()
 	nodes := specCluster(t, 3, nil)
 	lead := nodes[specLeader(t, nodes)]
 	cl := specDial(t, nodes)

@@ -98,6 +98,7 @@ func reviewJTableProblems(t *testing.T, o opener, s *quorumlock.Session, got []*
 // Every call returns a documented outcome, and afterwards the session's
 // view and the cluster's table agree.
 func TestReviewJSharedSessionStress(t *testing.T) {
+	t.Parallel()
 	nodes := specCluster(t, 3, nil)
 	for _, op := range specOpeners(t, nodes) {
 		t.Run(op.name, func(t *testing.T) { reviewJStress(t, op.o, nil) })
@@ -109,6 +110,7 @@ func TestReviewJSharedSessionStress(t *testing.T) {
 // ErrWithdrawPending; the session survives, and once the background work
 // is done its view and the table agree.
 func TestReviewJSharedSessionStressAcrossLeaderChange(t *testing.T) {
+	t.Parallel()
 	for _, remote := range []bool{false, true} {
 		t.Run(fmt.Sprint("remote=", remote), func(t *testing.T) {
 			nodes := specCluster(t, 3, nil)
@@ -1326,6 +1328,7 @@ func TestReviewJWithTTLBounds(t *testing.T) {
 // (or a new grant, or the leadership itself if it came first), and no
 // candidate is elected while a leadership of the role is open.
 func TestReviewJElectRacesResign(t *testing.T) {
+	t.Parallel()
 	nodes := specCluster(t, 3, nil)
 	for _, op := range specOpeners(t, nodes) {
 		t.Run(op.name, func(t *testing.T) {

@@ -65,6 +65,7 @@ func reviewNProclaim(t *testing.T, ls []*quorumlock.Leadership, n int) {
 // about as large as after the first part of the run: old snapshots, log
 // segments and tables are removed, for both backends.
 func TestReviewNDataDirBounded(t *testing.T) {
+	t.Parallel()
 	old := wal.SegmentSizeBytes
 	wal.SegmentSizeBytes = 1 << 20
 	t.Cleanup(func() { wal.SegmentSizeBytes = old })

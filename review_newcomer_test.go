@@ -120,6 +120,7 @@ func TestReviewNewcomerFailedStartUnregistersMetrics(t *testing.T) {
 // table: after 1,024 of them (about 500 cycles) every request of the
 // session failed with ErrLimit, though no documented limit was near.
 func TestReviewNewcomerManyWaitsDoNotPinOutcomes(t *testing.T) {
+	t.Parallel()
 	nodes := specCluster(t, 3, nil)
 	lead := nodes[specLeader(t, nodes)]
 	ctx := testCtx(t, 60*time.Second)
@@ -215,6 +216,7 @@ func TestReviewNewcomerSessionCloseEndsLeadershipBeforeNextElected(t *testing.T)
 // (another copy of the request may still take effect). It returned
 // "quorumlock: proclaim ...: CODE_LIMIT", which no errors.Is matches.
 func TestReviewNewcomerProclaimRefusedForPendingIsSentinel(t *testing.T) {
+	t.Parallel()
 	nodes := specCluster(t, 3, nil)
 	lead := nodes[specLeader(t, nodes)]
 	ctx := testCtx(t, 60*time.Second)

@@ -36,6 +36,7 @@ type reviewROpened struct {
 // the faults stop and a TTL has passed, the cluster holds exactly the
 // sessions the callers received: the abandoned ones are gone.
 func TestReviewROpensUnderLostAnswersKeepReceivedSessions(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault rounds of several seconds")
 	}

@@ -227,6 +227,7 @@ func rbBadInputs(t *testing.T, o opener, prefix string, admin func(context.Conte
 // refuses), roles and values, TTL out of range, the session, lock and
 // waiter limits, calls on a closed and on a revoked session.
 func TestHiddenRemoteBadInputSameAsLocal(t *testing.T) {
+	t.Parallel()
 	nodes := rbCluster(t, 3, func(c *quorumlock.Config) {
 		c.MaxNameBytes = 16
 		c.MaxLocksPerSession = 2
@@ -288,6 +289,7 @@ func TestHiddenRemoteBadInputSameAsLocal(t *testing.T) {
 // hints): sessions, grants and reads go through, the leader sees the
 // grant, and the session lives past several TTLs.
 func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
+	t.Parallel()
 	nodes := rbCluster(t, 3, nil)
 	lead := specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes, (lead+1)%3))
@@ -313,6 +315,7 @@ func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
 // The replica the client talks to (the leader) stops: the client moves to
 // another replica, its session and lock survive, and new calls work.
 func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
+	t.Parallel()
 	for _, hard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
 			nodes, lead, cl := rbLeaderFirst(t, nil)
@@ -531,6 +534,7 @@ func TestHiddenRemoteObserveLeaderHolder(t *testing.T) {
 // leaderships, Observe streams, a waiting Acquire) and later calls return
 // ErrClosed; the cluster frees the locks once their TTL runs out.
 func TestHiddenRemoteCloseEndsEverything(t *testing.T) {
+	t.Parallel()
 	nodes := rbCluster(t, 3, nil)
 	lead := specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes))
@@ -680,6 +684,7 @@ func TestHiddenRemoteDialNothingListening(t *testing.T) {
 // of the last acknowledged heartbeat + TTL - TTL/10): Lost and Done close,
 // and calls return ErrSessionExpired. It never holds a lock on trust.
 func TestHiddenRemoteCutOffLosesLease(t *testing.T) {
+	t.Parallel()
 	nodes := rbCluster(t, 3, nil)
 	specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes))
@@ -1083,6 +1088,7 @@ func (n *rbNet) configure(c *quorumlock.Config) {
 // work, and the waiting Acquire is granted when the holder releases, well
 // before gRPC keepalive (10-20 s) would notice the paused replica.
 func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"paused", "cut off"} {
 		t.Run(mode, func(t *testing.T) {
 			nw := newRBNet()

@@ -24,6 +24,7 @@ import (
 // live one.) The lost answer, when it finally comes, must not end the
 // session either.
 func TestReviewSRetriedOpenAfterLeaderChangeGetsSameSession(t *testing.T) {
+	t.Parallel()
 	const clientID = 100
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 20 * time.Second})
 	lead := c.WaitLeader(10 * time.Second)
@@ -110,6 +111,7 @@ func TestReviewSRetriedOpenAfterLeaderChangeGetsSameSession(t *testing.T) {
 // its session (propStream.abandonedOpens), which with open IDs is the
 // session the retry received.
 func TestReviewSOpensUnderLateAnswersOneSessionEach(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault rounds of several seconds")
 	}

@@ -52,6 +52,7 @@ func TestSecondWaiterGivingUpKeepsTheFirst(t *testing.T) {
 // them until the wait ends (it kept at most 1,024 per session: then every
 // request failed with ErrLimit).
 func TestLongWaitDoesNotPinOutcomes(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 30 * time.Second})
 	lead := c.WaitLeader(10 * time.Second)
 	n := c.Node(lead)
