@@ -39,3 +39,34 @@ func BenchmarkSave(b *testing.B) { benchmarkSave(b, 1) }
 
 // BenchmarkSaveBatch is 64 100-byte entries per Save.
 func BenchmarkSaveBatch(b *testing.B) { benchmarkSave(b, 64) }
+
+// BenchmarkOpen measures Open and Close of a store on the real file system
+// whose newest WAL holds 1,000 entries of 100 bytes and is preallocated
+// (prealloc.go): the restart of a replica's log store, with its check of
+// the WAL's tail (walcheck.go).
+func BenchmarkOpen(b *testing.B) {
+	dir := b.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	term := uint64(1)
+	data := make([]byte, 100)
+	for i := uint64(1); i <= 1000; i++ {
+		if err := s.Save(nil, []*raftpb.Entry{{Index: new(i), Term: &term, Data: data}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		s, err := Open(dir, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
