@@ -12,7 +12,6 @@ import (
 // The heartbeats of many sessions of one client share batched requests on
 // one stream: far fewer requests than sessions x intervals.
 func TestClientBatchesHeartbeats(t *testing.T) {
-	t.Parallel()
 	_, addr := startOne(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -100,7 +100,6 @@ func TestClientSessionsAndReads(t *testing.T) {
 
 // A client given only a follower's address is redirected to the leader.
 func TestClientFollowsLeaderHint(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	cl := dial(t, addrsOf(c, follower(c, lead)))

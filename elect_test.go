@@ -96,7 +96,6 @@ func TestOneLeaderPerEpoch(t *testing.T) {
 // Epochs grow across resignation, session expiry and replica failover, and
 // Leader reports the current one with its value.
 func TestEpochsAcrossResignExpiryFailover(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	f1, f2 := follower(c, lead), follower(c, lead, follower(c, lead))

@@ -99,7 +99,6 @@ func TestDeposedLeaderDoesNotExtendLease(t *testing.T) {
 // A leaderless window shorter than the TTL loses no lock and expires no
 // session: the new leader gives every session a fresh TTL.
 func TestLeaderlessWindowKeepsSessions(t *testing.T) {
-	t.Parallel()
 	const ttl = 4 * time.Second
 	for _, how := range []string{"no-quorum", "leader-stopped"} {
 		t.Run(how, func(t *testing.T) {

@@ -18,12 +18,21 @@ import (
 // default -parallel, two at a time on CI's two cores, after every
 // sequential test): those that take seconds mostly waiting (for a TTL, an
 // election, a fault to pass) and assert outcomes that must hold under any
-// scheduling. Tests stay sequential when they measure time against a
-// bound, need a leader that never changes or a log that does not move,
-// count the process's goroutines (goleak, runtime.NumGoroutine), spin on
-// every core, or restart replicas on fixed ports. On CI (2026-12-02) the
-// package took 400 s instead of 562 with it, and 480 s instead of 806
-// under -race (there with pebblestore's faster check of a WAL's tail).
+// scheduling. Tests stay sequential when they:
+//   - measure time against a bound, or need a session with a short TTL
+//     (a few seconds) to outlive a fault, which another cluster's load
+//     could starve of heartbeats;
+//   - need a leader that never changes or a log that does not move (or
+//     skip when it does);
+//   - count the process's goroutines (goleak, runtime.NumGoroutine) or
+//     spin on every core;
+//   - restart a replica: it listens again on its old address, which a
+//     parallel test's listener on port 0 could have taken meanwhile.
+//
+// Each testcluster has a ClusterName of its own, so that a replica of one
+// test's cluster can never be taken for a member of another's. On CI
+// (2026-12-02) the package took about 480 s instead of 806 under -race,
+// with pebblestore's faster check of a WAL's tail.
 
 // testCtx returns a context bounded for one test step.
 func testCtx(t *testing.T, d time.Duration) context.Context {

@@ -222,7 +222,6 @@ func TestWaiterSurvivesLeaderLoss(t *testing.T) {
 // Invariant 2: tokens strictly increase across a leader stop and a restart
 // of every replica; the lock table survives the restart.
 func TestTokensIncreaseAcrossRestarts(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	var tokens []quorumlock.Token
 	cycle := func(n *quorumlock.Node) {

@@ -30,7 +30,6 @@ import (
 // grant only once this session's Lost has closed.
 // Leader shows a leadership whose Done is open as this session's.
 func TestReviewAAErrorsUnderFaultsAreSentinels(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	c.WaitLeader(5 * time.Second)
 	var clients []*quorumlock.Client

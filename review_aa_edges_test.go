@@ -20,7 +20,6 @@ import (
 // catches up from a snapshot, the whole cluster restarts, and tokens
 // keep strictly increasing with the held lock intact.
 func TestReviewAASnapshotEveryEntry(t *testing.T) {
-	t.Parallel()
 	for _, be := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
 		t.Run(string(be), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {
@@ -260,7 +259,6 @@ func TestReviewAAOddNumbers(t *testing.T) {
 // within its byte budget), survive snapshots and a restart of every
 // replica on both log backends, and one byte more is ErrInvalidName.
 func TestReviewAALongestNames(t *testing.T) {
-	t.Parallel()
 	for _, be := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
 		t.Run(string(be), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {

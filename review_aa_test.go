@@ -739,7 +739,6 @@ func otherIDs(ids []uint64, skip ...uint64) []uint64 {
 // place and is granted with a larger token when the holder releases; an
 // Observe stream reports no change of leader.
 func TestReviewAALeaderlessWindowKeepsRemoteSessionsAndRoles(t *testing.T) {
-	t.Parallel()
 	const ttl = 4 * time.Second
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: ttl})
 	lead := c.WaitLeader(5 * time.Second)

@@ -38,7 +38,6 @@ func proposeAtLeader(t *testing.T, c *testcluster.Cluster, req *lockpb.Request) 
 // replica from its snapshot. Re-sent requests return their original
 // outcomes and change nothing; tokens keep increasing.
 func TestReviewDedupeAcrossSnapshotsAndRestarts(t *testing.T) {
-	t.Parallel()
 	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
 		t.Run(string(backend), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {

@@ -30,7 +30,6 @@ import (
 // release is still free, and the next grant's token is above every token
 // seen so far (invariants 2 and 10).
 func TestReviewCRestartAllRepeatedly(t *testing.T) {
-	t.Parallel()
 	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
 		t.Run(string(backend), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 2 * time.Minute, Configure: func(cfg *quorumlock.Config) {

@@ -269,7 +269,6 @@ func TestReviewElectEdgeCases(t *testing.T) {
 // when it is elected; Observe on a restarted replica starts from the
 // current leader.
 func TestReviewEpochsAcrossSnapshotsAndRestart(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) { cfg.SnapshotEntries = 8 }})
 	lead := c.WaitLeader(5 * time.Second)
 	ctx := testCtx(t, 60*time.Second)

@@ -561,7 +561,6 @@ func TestHiddenLeaderCutOffEndsBeforeNextElected(t *testing.T) {
 // The leader's replica crashes: the candidate on another replica takes over
 // with a larger epoch; Observe on a surviving replica keeps reporting.
 func TestHiddenElectAcrossReplicaFailover(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	rl := c.WaitLeader(10 * time.Second) // raft leader
 	ctx := testCtx(t, 60*time.Second)
@@ -789,7 +788,6 @@ func TestHiddenNodeElectCancelledLeavesNoSession(t *testing.T) {
 // while the raft leader is restarted gracefully and while it crashes:
 // a leaderless window shorter than the TTL loses no lock.
 func TestHiddenLockSurvivesLeaderChanges(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	f := follower(c, ld)
@@ -937,7 +935,6 @@ func TestHiddenObserveResumesAfterPartition(t *testing.T) {
 // closes (its replica stopped), and a candidate after the restart is
 // elected (once the cluster expires the old session) with a larger epoch.
 func TestHiddenElectAfterWholeClusterRestart(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	ctx := testCtx(t, 60*time.Second)
@@ -1215,7 +1212,6 @@ func TestHiddenShortAcquireDuringElectionKeepsSession(t *testing.T) {
 // to a new session, once the cluster expires the old one, with a larger
 // token, and a Fence refuses the old token.
 func TestHiddenTokenAfterRestartWithoutRelease(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	ld := c.WaitLeader(10 * time.Second)
 	ctx := testCtx(t, 60*time.Second)

@@ -22,7 +22,6 @@ import (
 // goroutine behind, and the cluster then serves as before: the lock goes
 // to a new waiter on release, and a session can take 500 new places.
 func TestReviewNOverloadOneLock(t *testing.T) {
-	t.Parallel()
 	const sessions, maxWaiters = 3000 / reviewNScale, 1000 / reviewNScale
 	// The test is about the waiter limit, not about timing: a 1 s
 	// election timeout (not the default 100 ms) that the clients are

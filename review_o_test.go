@@ -121,7 +121,6 @@ func TestReviewORemoteLeaseOnManualClockThroughProxy(t *testing.T) {
 // lock to a session on a replica. When that grant is made, the first
 // holder's Lost has closed: at no moment do both believe they hold it.
 func TestReviewOCutOffHolderLostBeforeNextGrant(t *testing.T) {
-	t.Parallel()
 	for _, fault := range []string{"blackhole", "requests", "replies"} {
 		t.Run(fault, func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3})
@@ -174,7 +173,6 @@ func TestReviewOCutOffHolderLostBeforeNextGrant(t *testing.T) {
 // client's session nothing once the link is back: same session, same
 // lock, same token, Lost never closed, and it goes on working.
 func TestReviewORemoteSessionSurvivesShortFaults(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	p := newTCPProxy(t, c.Peers()[lead])
@@ -299,7 +297,6 @@ func TestReviewORemoteCallsBoundedDuringFaults(t *testing.T) {
 // session and grant its lock to another; after the heal the client reports
 // the expiry and the application opens a new session that works.
 func TestReviewOLeaderMovesAwayFromPartitionedClient(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	lead := c.WaitLeader(5 * time.Second)
 	ps, dialer := proxies(t, c)
@@ -361,7 +358,6 @@ func TestReviewOLeaderMovesAwayFromPartitionedClient(t *testing.T) {
 // one a follower), and Dial with a single follower address: the client
 // finds the leader, and its session survives the leader's crash.
 func TestReviewODialPartialAddresses(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"mixed", "follower-only"} {
 		t.Run(mode, func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3})
@@ -395,7 +391,6 @@ func TestReviewODialPartialAddresses(t *testing.T) {
 // connection dies: a follower's NOT_LEADER hint sends the client back to
 // it).
 func TestReviewOSilentlyDeadConnectionKeepsSession(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"one-address", "all-addresses"} {
 		t.Run(mode, func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 3})
@@ -435,7 +430,6 @@ func TestReviewOSilentlyDeadConnectionKeepsSession(t *testing.T) {
 // raft traffic between the two goes on, from the leader's side). The
 // session must not be lost while a new connection to the leader works.
 func TestReviewOSilentlyDeadRouterConnectionKeepsSession(t *testing.T) {
-	t.Parallel()
 	c := newPeerLinks(t, 3)
 	lead := c.WaitLeader(5 * time.Second)
 	f := follower(c.Cluster, lead)

@@ -289,7 +289,6 @@ func TestHiddenRemoteBadInputSameAsLocal(t *testing.T) {
 // hints): sessions, grants and reads go through, the leader sees the
 // grant, and the session lives past several TTLs.
 func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
-	t.Parallel()
 	nodes := rbCluster(t, 3, nil)
 	lead := specLeader(t, nodes)
 	cl := rbDial(t, specAddrs(nodes, (lead+1)%3))
@@ -315,7 +314,6 @@ func TestHiddenRemoteFollowsNotLeader(t *testing.T) {
 // The replica the client talks to (the leader) stops: the client moves to
 // another replica, its session and lock survive, and new calls work.
 func TestHiddenRemoteMovesWhenReplicaStopped(t *testing.T) {
-	t.Parallel()
 	for _, hard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
 			nodes, lead, cl := rbLeaderFirst(t, nil)
@@ -1088,7 +1086,6 @@ func (n *rbNet) configure(c *quorumlock.Config) {
 // work, and the waiting Acquire is granted when the holder releases, well
 // before gRPC keepalive (10-20 s) would notice the paused replica.
 func TestHiddenRemotePausedOrCutOffLeader(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"paused", "cut off"} {
 		t.Run(mode, func(t *testing.T) {
 			nw := newRBNet()

@@ -24,7 +24,6 @@ import (
 // live one.) The lost answer, when it finally comes, must not end the
 // session either.
 func TestReviewSRetriedOpenAfterLeaderChangeGetsSameSession(t *testing.T) {
-	t.Parallel()
 	const clientID = 100
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 20 * time.Second})
 	lead := c.WaitLeader(10 * time.Second)

@@ -85,7 +85,6 @@ func TestReviewTodayClientElectFailuresLeakNothing(t *testing.T) {
 // s), while a new leader served the others. A client without sessions has
 // no heartbeats to learn the new leader from.
 func TestReviewTodayShortCallsLeaveSilentLeader(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3})
 	t.Cleanup(c.Heal) // before StopAll: a replica closes faster over healed links
 	lead := c.WaitLeader(5 * time.Second)

@@ -140,7 +140,6 @@ func catchUpWait(t *testing.T, c *testcluster.Cluster, ids []uint64, d time.Dura
 // rebuilt from each data directory as a restart does it). Then every
 // replica restarts and tokens and epochs keep growing.
 func TestSnapshotCatchUpExpiryRestartTablesAgree(t *testing.T) {
-	t.Parallel()
 	for _, backend := range []quorumlock.LogBackend{quorumlock.LogPebble, quorumlock.LogWAL} {
 		t.Run(string(backend), func(t *testing.T) {
 			c := testcluster.New(t, testcluster.Options{Size: 5, Configure: func(cfg *quorumlock.Config) {

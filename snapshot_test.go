@@ -16,7 +16,6 @@ import (
 // restarts from its snapshot plus the log tail; nothing acknowledged is
 // lost and the log is compacted.
 func TestSnapshotCatchUpAndRestart(t *testing.T) {
-	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Size: 3, Configure: func(cfg *quorumlock.Config) {
 		cfg.SnapshotEntries = 100
 	}})

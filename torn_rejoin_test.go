@@ -19,7 +19,6 @@ import (
 // stores' own tests (storage/walstore TestTornFinalRecord, pebblestore
 // TestTornWALTail) show the repair; this shows the replica rejoins.
 func TestTornFinalRecordFollowerRejoins(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct {
 		backend quorumlock.LogBackend
 		glob    string // the log files under DataDir, newest last by name

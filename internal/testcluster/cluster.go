@@ -8,6 +8,7 @@ package testcluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"slices"
@@ -52,6 +53,7 @@ type Cluster struct {
 	peers map[uint64]string
 	dirs  map[uint64]string
 	nodes map[uint64]*quorumlock.Node
+	name  string // ClusterName, unique per cluster
 }
 
 // New starts a cluster and registers its shutdown with t.Cleanup.
@@ -79,6 +81,10 @@ func New(t testing.TB, opts Options) *Cluster {
 		peers: make(map[uint64]string),
 		dirs:  make(map[uint64]string),
 		nodes: make(map[uint64]*quorumlock.Node),
+		// A name of its own, so that the peer handshake refuses a replica
+		// of another test's cluster (same member IDs) that got the
+		// address of a stopped member here: tests run in parallel.
+		name: fmt.Sprintf("testcluster-%016x", rand.Uint64()),
 	}
 	base := t.TempDir()
 	listeners := make(map[uint64]net.Listener)
@@ -117,6 +123,7 @@ func (c *Cluster) Peers() map[uint64]string {
 func (c *Cluster) Config(id uint64) quorumlock.Config {
 	cfg := quorumlock.Config{
 		ID:            id,
+		ClusterName:   c.name,
 		Peers:         c.Peers(),
 		DataDir:       c.dirs[id],
 		SessionTTL:    c.opts.SessionTTL,
