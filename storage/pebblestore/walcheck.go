@@ -193,14 +193,7 @@ func nextNonZero(b []byte, from int) int {
 	return -1
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
+func allZero(b []byte) bool { return nextNonZero(b, 0) < 0 }
 
 // checkWALTail reads the newest WAL file in dir and returns an error wrapping
 // storage.ErrCorrupt, naming the file and offset, when a record that Pebble
