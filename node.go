@@ -287,6 +287,8 @@ func openLog(cfg Config) (storage.LogStore, error) {
 func serverOptions(tlsCfg *tls.Config) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 	}
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
@@ -297,10 +299,11 @@ func serverOptions(tlsCfg *tls.Config) []grpc.ServerOption {
 // peerDialOptions are the transport's: TLS when configured (the transport
 // adds its own dialer).
 func peerDialOptions(tlsCfg *tls.Config) []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow)}
 	if tlsCfg == nil {
-		return nil
+		return opts
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
+	return append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 }
 
 // peerAuthorizer is the transport's check of an inbound peer stream. With
