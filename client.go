@@ -566,12 +566,6 @@ func (c *Client) closeConns() {
 	c.cm.closeAll()
 }
 
-// dialOptions are the options of every connection quorumlock opens to a
-// replica: TLS or plaintext, the dialer, and keepalive pings that detect a
-// replica that went silent (paused, or cut off without a reset). gRPC
-// raises the ping interval to at least 10 s, so detection takes 10-20 s;
-// requests that wait at a leader also move on as soon as the client learns
-// of a new leader (Client.away).
 // streamWindow and connWindow are the HTTP/2 flow-control windows, in
 // bytes, of every gRPC connection quorumlock opens or accepts (peers,
 // forwarded requests, Clients). Static windows turn off gRPC's dynamic
@@ -580,12 +574,20 @@ func (c *Client) closeConns() {
 // chain of small messages one round trip apart, that is a ping and its
 // ack, two more socket writes and reads, for almost every message. 4 MiB
 // per stream holds a whole raft append (MaxSizePerMsg, 1 MiB by default)
-// and keeps a snapshot stream at 80 MB/s over a 50 ms round trip.
+// and keeps a snapshot stream at 80 MB/s over a 50 ms round trip. A
+// receiver buffers at most the window of unread data per stream and
+// connection; gRPC's dynamic windows grow to 16 MiB.
 const (
 	streamWindow = 4 << 20
 	connWindow   = 8 << 20
 )
 
+// dialOptions are the options of every connection quorumlock opens to a
+// replica: TLS or plaintext, the dialer, and keepalive pings that detect a
+// replica that went silent (paused, or cut off without a reset). gRPC
+// raises the ping interval to at least 10 s, so detection takes 10-20 s;
+// requests that wait at a leader also move on as soon as the client learns
+// of a new leader (Client.away).
 func dialOptions(tlsCfg *tls.Config, dialer func(context.Context, string) (net.Conn, error)) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {

@@ -61,9 +61,10 @@
 //     member is the most it holds.
 //  3. The sender sends the data in order in chunks of 1 MiB, each holding
 //     offset and data only. A chunk's Send returns once gRPC has taken it,
-//     which its flow control delays while the receiver is behind, so the
-//     sender never holds more than a chunk or so beyond what the receiver
-//     has read. A chunk that does not continue where the previous one ended,
+//     which its flow control delays while the receiver is behind, so no
+//     more than the stream's flow-control window (4 MiB on a quorumlock
+//     Node's connections) and a chunk are in flight beyond what the
+//     receiver has read. A chunk that does not continue where the previous one ended,
 //     or runs past total, ends the transfer with codes.InvalidArgument.
 //  4. The sender closes its side. The receiver checks that total bytes
 //     arrived (codes.InvalidArgument) and that their CRC-32C is the announced
