@@ -64,8 +64,9 @@
 //     which its flow control delays while the receiver is behind, so no
 //     more than the stream's flow-control window (4 MiB on a quorumlock
 //     Node's connections) and a chunk are in flight beyond what the
-//     receiver has read. A chunk that does not continue where the previous one ended,
-//     or runs past total, ends the transfer with codes.InvalidArgument.
+//     receiver has read. A chunk that does not continue where the previous
+//     one ended, or runs past total, ends the transfer with
+//     codes.InvalidArgument.
 //  4. The sender closes its side. The receiver checks that total bytes
 //     arrived (codes.InvalidArgument) and that their CRC-32C is the announced
 //     one (codes.DataLoss), restores the data into the MsgSnap and hands it
