@@ -40,10 +40,14 @@ type memStore struct {
 	hs       *raftpb.HardState // last HardState saved
 	saves    []saveCall
 	failWith error
+	failOne  bool // failWith is returned once, then cleared (failOnce)
 	failed   bool // a Save has returned failWith
+	failedAt int  // how many Saves had been made when one failed
 	gate     *gate
 	readErr  error // returned by Entries, Term and Snapshot when set (failReads)
 	readFail bool  // a read has returned readErr
+	// compactErrs records each Compact past the saved snapshot.
+	compactErrs []string
 }
 
 type saveCall struct {
@@ -88,8 +92,13 @@ func (s *memStore) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
 	}
 	s.saves = append(s.saves, call)
 	if s.failWith != nil {
+		err := s.failWith
+		if s.failOne {
+			s.failWith = nil
+		}
 		s.failed = true
-		return s.failWith
+		s.failedAt = len(s.saves)
+		return err
 	}
 	if !raft.IsEmptyHardState(st) {
 		s.hs = proto.Clone(st).(*raftpb.HardState)
@@ -105,6 +114,23 @@ func (s *memStore) failNow(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failWith = err
+}
+
+// failOnce makes the next Save return err and later ones succeed, as a
+// store would whose fsync failed once and then "worked": the node must
+// not find out, because it must never Save again after a failure.
+func (s *memStore) failOnce(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failWith, s.failOne = err, true
+}
+
+// savesAfterFailure returns how many Saves were made after the one that
+// failed.
+func (s *memStore) savesAfterFailure() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.saves) - s.failedAt
 }
 
 // failReads makes every later Entries, Term and Snapshot return err, as a
@@ -474,6 +500,11 @@ func (c *cluster) close() {
 	}
 	for _, v := range c.takeViolations() {
 		c.t.Errorf("invariant 10: %s", v)
+	}
+	for _, id := range c.ids {
+		for _, v := range c.stores[id].takeCompactErrs() {
+			c.t.Errorf("invariant 10: node %d %s", id, v)
+		}
 	}
 	for _, id := range c.ids {
 		sm := c.sms[id]

@@ -847,3 +847,88 @@ func TestCampaignAgainAfterRefusingAPreVote(t *testing.T) {
 		t.Fatalf("a new leader took %d ticks after the reports; raft's own timer takes at least an election timeout (%d)", ticks, electionTicks)
 	}
 }
+
+// A failed Save stops the node even when the store would succeed if asked
+// again (DESIGN.md invariant 10; docs/storage.md: after a failed fsync
+// the kernel may have dropped the written pages and marked them clean, so
+// a retry that "works" could acknowledge what is not on disk). The store
+// here fails one Save and would accept the next: the node must not make
+// it, must send nothing more, and must stop with the error. Run for a
+// leader and for a follower.
+func TestSaveErrorIsNotRetried(t *testing.T) {
+	for _, role := range []string{"leader", "follower"} {
+		t.Run(role, func(t *testing.T) {
+			c := newCluster(t, 3)
+			lead := c.waitLeader()
+			c.propose(lead, "before")
+			c.waitApplied("before", c.ids...)
+			victim := lead
+			if role == "follower" {
+				victim = c.others(lead)[0]
+			}
+			injected := errors.New("injected fsync failure, once")
+			c.stores[victim].failOnce(injected)
+			if err := c.nodes[lead].Propose(testCtx(t), []byte("doomed")); err != nil && !errors.Is(err, ErrStopped) {
+				t.Fatalf("Propose: %v", err)
+			}
+			n := c.nodes[victim]
+			waitDone(t, "the "+role+" to stop after its Save failed", n.Done())
+			if !c.stores[victim].hasFailed() {
+				t.Fatal("the node stopped but its store never returned the error")
+			}
+			if err := n.Err(); !errors.Is(err, injected) {
+				t.Errorf("Err() = %v, want it to wrap %v", err, injected)
+			}
+			if calls := c.fatals[victim].calls(); len(calls) != 1 || !errors.Is(calls[0], injected) {
+				t.Errorf("OnFatal calls = %v, want exactly one wrapping %v", calls, injected)
+			}
+			// The survivors go on; give the stopped node's goroutines
+			// time to show a Save they should not make.
+			rest := c.others(victim)
+			newLead := c.waitLeader(rest...)
+			c.propose(newLead, "after")
+			c.waitApplied("after", rest...)
+			if k := c.stores[victim].savesAfterFailure(); k != 0 {
+				t.Errorf("%d Saves after the one that failed, want none", k)
+			}
+			if v := c.takeViolations(); len(v) > 0 {
+				t.Errorf("sent after a failed Save:\n%v", v)
+			}
+		})
+	}
+}
+
+// WaitApplied of an index nothing will reach ends with its context, by
+// cancellation and by deadline (DESIGN.md invariant 12), returning the
+// context's error; run apart, so that a WaitApplied that ignored ctx
+// fails this test instead of hanging the package.
+func TestWaitAppliedEndsWithContext(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.waitLeader()
+	c.propose(lead, "x")
+	c.waitApplied("x", c.ids...)
+	for _, id := range c.ids {
+		n := c.nodes[id]
+		far := n.Status().Applied + 1000
+		cctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		dctx, dcancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		for _, tc := range []struct {
+			ctx  context.Context
+			want error
+		}{{cctx, context.Canceled}, {dctx, context.DeadlineExceeded}} {
+			errc := make(chan error, 1)
+			go func() { errc <- n.WaitApplied(tc.ctx, far) }()
+			select {
+			case err := <-errc:
+				if !errors.Is(err, tc.want) {
+					t.Errorf("node %d: WaitApplied(%d) = %v, want %v", id, far, err, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("node %d: WaitApplied(%d) still waiting 5 s after its context ended (%v)", id, far, tc.want)
+			}
+		}
+		cancel()
+		dcancel()
+	}
+}

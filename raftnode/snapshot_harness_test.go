@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -19,6 +20,32 @@ func (s *memStore) SaveSnapshot(snap *raftpb.Snapshot) error {
 		}
 	}
 	return s.ApplySnapshot(snap)
+}
+
+// Compact discards the log up to compactIndex, after checking that a
+// snapshot saved before covers it (invariant 10: a snapshot is durable
+// before the log it replaces is truncated); a Compact past the saved
+// snapshot is recorded for the cluster's close to report.
+func (s *memStore) Compact(compactIndex uint64) error {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err != nil {
+		return err
+	}
+	if si := snap.GetMetadata().GetIndex(); compactIndex > si {
+		s.mu.Lock()
+		s.compactErrs = append(s.compactErrs, fmt.Sprintf("compacted to %d with the saved snapshot at %d", compactIndex, si))
+		s.mu.Unlock()
+	}
+	return s.MemoryStorage.Compact(compactIndex)
+}
+
+// takeCompactErrs returns and forgets the Compacts past the saved snapshot.
+func (s *memStore) takeCompactErrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.compactErrs
+	s.compactErrs = nil
+	return v
 }
 
 // Snapshot writes the index of the last applied entry as the image.
