@@ -20,7 +20,7 @@ import (
 // A replica cut off from the rest serves calls of its own (the router's
 // retry loop); then, with every replica stopped, a Client makes calls
 // (the client's loops: each attempt is refused at once). Each call is
-// cancelled at its own moment 0.7-1.1 s into it; the median delay
+// cancelled at its own moment 0.7-1.2 s into it; the median delay
 // from the cancel to the return must stay well under the backoff. The
 // bound (30 ms) is on the median of seven calls of each kind, so that a
 // call or two a loaded machine wakes late does not fail it, while a wait

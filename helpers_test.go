@@ -35,6 +35,27 @@ import (
 // 806 under -race (there also thanks to pebblestore's faster check of a
 // WAL's tail).
 
+// sameTermWindow runs window, which returns the leader's status at its
+// start and at its end, until the term stays the same through one, at
+// most rounds times (then it fails t), and returns that window's
+// statuses. Tests that count the leader's commits over a window use it:
+// an election inside the window appends its empty entry (the test
+// cluster's election timeout is 100 ms, which a loaded race-detector run
+// can miss), so a window in which the term moved says nothing either
+// way. window gets the round's number, from 0.
+func sameTermWindow(t *testing.T, rounds int, window func(round int) (start, end quorumlock.Status)) (start, end quorumlock.Status) {
+	t.Helper()
+	for round := range rounds {
+		start, end = window(round)
+		if end.Term == start.Term {
+			return start, end
+		}
+		t.Logf("window %d: term %d -> %d: again", round, start.Term, end.Term)
+	}
+	t.Fatalf("the term moved in each of %d windows; last %d -> %d", rounds, start.Term, end.Term)
+	return start, end
+}
+
 // testCtx returns a context bounded for one test step.
 func testCtx(t *testing.T, d time.Duration) context.Context {
 	t.Helper()

@@ -953,11 +953,9 @@ func TestReviewAAHeartbeatsAreNotLogged(t *testing.T) {
 			}
 		}
 	}
-	// A leader change logs its empty entry: a window in which the term
-	// moved says nothing, and is watched again, a bounded number of times.
-	const rounds = 3
-	var before, after quorumlock.Status
-	for round := 0; ; round++ {
+	// A window in which the term moved (a leader change logs its empty
+	// entry) is watched again: sameTermWindow.
+	before, after := sameTermWindow(t, 3, func(int) (quorumlock.Status, quorumlock.Status) {
 		lead := nodes[specLeader(t, nodes)]
 		// Let the last entries reach every replica.
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -969,17 +967,10 @@ func TestReviewAAHeartbeatsAreNotLogged(t *testing.T) {
 				t.Fatal("replicas did not catch up")
 			}
 		}
-		before = lead.Status()
+		before := lead.Status()
 		time.Sleep(3 * quorumlock.MinSessionTTL) // about nine heartbeats per session
-		after = lead.Status()
-		if after.Term == before.Term {
-			break
-		}
-		if round+1 == rounds {
-			t.Fatalf("the term moved in each of %d windows; last %d -> %d", rounds, before.Term, after.Term)
-		}
-		t.Logf("window %d: term %d -> %d: again", round, before.Term, after.Term)
-	}
+		return before, lead.Status()
+	})
 	lead := nodes[specLeader(t, nodes)]
 	if after.Commit != before.Commit {
 		// A heartbeat that came later than the TTL (a 1 s TTL on a loaded
