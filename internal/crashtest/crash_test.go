@@ -166,6 +166,7 @@ func crashAndRestart(t *testing.T, opt options, point string, v victim, received
 	}
 	restarted := c.restart(p.victims)
 	restartedAt := w.h.now.Load()
+	w.waitGrant("a grant after the restart", restartedAt)
 	w.waitOps(40)
 	commit := w.verify()
 	for _, id := range p.victims {
@@ -178,10 +179,6 @@ func crashAndRestart(t *testing.T, opt options, point string, v victim, received
 		t.Logf("replica %d (life %d) crashed at %s (target %d as %v): its store had %s when it stopped; it restarted from its crash image with %s and applied %d entries again, identical",
 			id, ev.life, ev.point, ev.target, ev.role, stopped[id], restarted[id], again)
 	}
-	if n := w.h.grantsSince(restartedAt); n == 0 {
-		t.Errorf("no grant after the restart")
-	} else {
-		t.Logf("%d requests answered, %d grants (%d after the restart), commit index %d, %d snapshots delivered",
-			w.ops.Load(), w.grantCount(), n, commit, c.nw.snapshotsDelivered())
-	}
+	t.Logf("%d requests answered, %d grants (%d after the restart), commit index %d, %d snapshots delivered",
+		w.ops.Load(), w.grantCount(), w.h.grantsSince(restartedAt), commit, c.nw.snapshotsDelivered())
 }

@@ -117,6 +117,22 @@ func (w *workload) waitOps(n int64) {
 	})
 }
 
+// waitGrant waits until a client learned a grant after logical time since
+// (history.now), the sign that the cluster serves again. A count of
+// answered requests is not: right after a leader change one client can
+// get dozens of answers (try-acquires answered LOCKED, polls of a queued
+// acquire, withdrawals) in the millisecond the holders of every lock
+// spend in their retry pause, and none of them is a grant.
+func (w *workload) waitGrant(what string, since uint64) {
+	w.c.t.Helper()
+	w.c.waitFor(what, func() bool {
+		if errs := w.h.anomalies(); len(errs) > 0 {
+			w.c.t.Fatalf("workload: %v", errs)
+		}
+		return w.h.grantsSince(since) > 0
+	})
+}
+
 // stop makes every client finish: a queued client withdraws, then each
 // stops, holding at most one lock.
 func (w *workload) stop() {

@@ -614,13 +614,28 @@ func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 			return s.readyCode()
 		case <-s.stopc:
 			return s.readyCode()
+		case <-s.raft.Done():
+			return s.readyCode()
 		}
 	}
 }
 
-// readyCode reports whether this replica may take requests now.
+// readyCode reports whether this replica may take requests now. A replica
+// whose raft node has stopped (Close, or a failure such as a failed fsync)
+// is answered NOT_LEADER, with the leader it last knew of as the hint but
+// never itself: its last Status may still name it the leader, and it will
+// not become ready again, so a caller must go elsewhere at once rather
+// than wait for ReadyWait or its own deadline.
 func (s *Service) readyCode() (lockpb.Code, uint64) {
 	st := s.raft.Status()
+	select {
+	case <-s.raft.Done():
+		if st.Leader == st.ID {
+			return lockpb.Code_CODE_NOT_LEADER, 0
+		}
+		return lockpb.Code_CODE_NOT_LEADER, st.Leader
+	default:
+	}
 	s.mu.Lock()
 	ready := s.ready
 	s.mu.Unlock()

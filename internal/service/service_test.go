@@ -493,6 +493,48 @@ func TestAwaitReadyDeposedBeforeStatus(t *testing.T) {
 	}
 }
 
+// A request held at a leader that is not ready yet is answered NOT_LEADER
+// (hint 0, never itself) as soon as its raft node stops, and a request
+// that arrives after the stop is answered so at once: the stopped node's
+// last Status still names it the leader, and it will never be ready.
+// (Found by a crash test: a leader stopped by a failed fsync held its
+// callers until their own deadlines.)
+func TestAwaitReadyEndsWhenNodeStops(t *testing.T) {
+	h := newHarness(t)
+	a := h.open(time.Minute)
+	h.svc.cfg.ReadyWait = time.Minute
+	h.raf.mu.Lock()
+	h.raf.done = make(chan struct{})
+	h.raf.mu.Unlock()
+	h.svc.LeaderLost() // raft's leader (Status), not ready
+	got := make(chan *lockpb.Response, 1)
+	go func() {
+		resp, _ := h.svc.Propose(context.Background(), &lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 1, Name: "x"})
+		got <- resp
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("answered %v before the node stopped", r)
+	case <-time.After(30 * time.Millisecond):
+	}
+	close(h.raf.done)
+	select {
+	case r := <-got:
+		if r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 0 {
+			t.Fatalf("held request after the node stopped: %v; want NOT_LEADER, hint 0", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request held at a stopped node was not answered within 5 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := h.svc.Propose(ctx, &lockpb.Request{Op: lockpb.Op_OP_RELEASE, Session: a, Seq: 2, Name: "x"})
+	if err != nil || r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 0 {
+		t.Fatalf("request after the node stopped: %v, %v after %v; want NOT_LEADER, hint 0", r, err, time.Since(start))
+	}
+}
+
 // An acquire that would wait behind another session's hold is proposed
 // with ProposeDeferred; an acquire of a free lock, a try and a no-wait
 // acquire are not. While it is held, an apply that leaves its lock with
