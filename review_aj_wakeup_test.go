@@ -192,7 +192,7 @@ func ajCancelledWaiters(t *testing.T, churn bool) {
 	cs := newAJCS("cx")
 	var mu sync.Mutex
 	var holders = map[uint64][]*quorumlock.Lock{} // session -> grants its calls hold
-	releasing := map[quorumlock.Token]bool{}         // grants a call started to release
+	releasing := map[quorumlock.Token]bool{}      // grants a call started to release
 	var violations []string
 	var errCount = map[string]int{}
 	var wg sync.WaitGroup
