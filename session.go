@@ -496,7 +496,12 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // grant withdraws the place (and returns the grant it finds), and while
 // one withdraws the place, a new call waits for the withdrawal before it
 // queues. An Acquire answered with a grant that a concurrent Release of
-// this session freed returns ErrNotHeld.
+// this session freed returns ErrNotHeld. One answered while such a Release
+// is still in flight (sent, not yet answered) may return the Lock that
+// Release is freeing: its Lost closes when the Release is answered, so a
+// caller that releases a name while another of its calls still waits for
+// it must treat the name as given up (other sessions are excluded all the
+// same: the cluster grants the lock elsewhere only after the release).
 //
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
 // ctx's error (joined with ErrWithdrawPending, see above).
