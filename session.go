@@ -500,8 +500,9 @@ func (s *Session) callUntil(ctx context.Context, stop time.Time, req *lockpb.Req
 // is still in flight (sent, not yet answered) may return the Lock that
 // Release is freeing: its Lost closes when the Release is answered, so a
 // caller that releases a name while another of its calls still waits for
-// it must treat the name as given up (other sessions are excluded all the
-// same: the cluster grants the lock elsewhere only after the release).
+// it must treat the name as given up: once Release is called, the cluster
+// may grant the name to another session before Release returns, whichever
+// of the session's calls holds the Lock.
 //
 // Errors: ErrInvalidName, ErrLimit, ErrSessionExpired, ErrClosed, ErrNotHeld,
 // ctx's error (joined with ErrWithdrawPending, see above).
