@@ -114,6 +114,24 @@ func waitQueued(t *testing.T, o opener, name string, session uint64) {
 	t.Fatalf("session %d never queued for %q", session, name)
 }
 
+// waitFree waits up to within until name has neither holder nor waiters,
+// as read through o, and returns whether it got there (the last reading
+// in info).
+func waitFree(t *testing.T, o opener, name string, within time.Duration) (info quorumlock.LockInfo, free bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		info = holder(t, o, name)
+		if info.Holder == 0 && len(info.Waiters) == 0 {
+			return info, true
+		}
+		if time.Now().After(deadline) {
+			return info, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 type acquireResult struct {
 	l   *quorumlock.Lock
 	err error

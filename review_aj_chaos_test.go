@@ -365,15 +365,7 @@ func ajContendedUnderLeaderFaults(t *testing.T, tick time.Duration, faultFor tim
 	cs.check(t)
 	t.Logf("grants: %d; errors:\n%s", cs.grants, errs.String())
 	ld := c.WaitLeader(10 * time.Second)
-	deadlineFree := time.Now().Add(10 * time.Second)
-	for {
-		info := holder(t, c.Node(ld), "hot")
-		if info.Holder == 0 && len(info.Waiters) == 0 {
-			break
-		}
-		if time.Now().After(deadlineFree) {
-			t.Fatalf("lock not free after every session closed: %+v", info)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if info, free := waitFree(t, c.Node(ld), "hot", 10*time.Second); !free {
+		t.Fatalf("lock not free after every session closed: %+v", info)
 	}
 }
