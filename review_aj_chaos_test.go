@@ -203,52 +203,41 @@ func (w *ajWorker) run(t *testing.T, cs *ajCS, errs *ajErrs, stop <-chan struct{
 	}
 }
 
-// ajNemesis is one fault: it starts it and returns how to end it.
+// ajNemesis is one fault of the current leader: start begins it and
+// returns how to end it. It is skipped while there is no leader.
 type ajNemesis struct {
-	name string
-	run  func(t *testing.T, c *testcluster.Cluster) (heal func())
+	name  string
+	start func(c *testcluster.Cluster, leader uint64) (heal func())
+}
+
+// run starts n against c's leader, if any, and returns how to end it.
+func (n ajNemesis) run(c *testcluster.Cluster) (heal func()) {
+	ld := c.Leader()
+	if ld == 0 {
+		return func() {}
+	}
+	return n.start(c, ld)
 }
 
 func ajNemeses() []ajNemesis {
 	return []ajNemesis{
-		{"hard-close leader", func(t *testing.T, c *testcluster.Cluster) func() {
-			ld := c.Leader()
-			if ld == 0 {
-				return func() {}
-			}
+		{"hard-close leader", func(c *testcluster.Cluster, ld uint64) func() {
 			c.Stop(ld)
 			return func() { c.Restart(ld) }
 		}},
-		{"isolate leader", func(t *testing.T, c *testcluster.Cluster) func() {
-			ld := c.Leader()
-			if ld == 0 {
-				return func() {}
-			}
+		{"isolate leader", func(c *testcluster.Cluster, ld uint64) func() {
 			c.Isolate(ld)
 			return c.Heal
 		}},
-		{"transfer leadership", func(t *testing.T, c *testcluster.Cluster) func() {
-			ld := c.Leader()
-			if ld == 0 {
-				return func() {}
-			}
-			to := follower(c, ld)
-			testhook.TransferLeadership(c.Node(ld), to)
+		{"transfer leadership", func(c *testcluster.Cluster, ld uint64) func() {
+			testhook.TransferLeadership(c.Node(ld), follower(c, ld))
 			return func() {}
 		}},
-		{"graceful close leader", func(t *testing.T, c *testcluster.Cluster) func() {
-			ld := c.Leader()
-			if ld == 0 {
-				return func() {}
-			}
+		{"graceful close leader", func(c *testcluster.Cluster, ld uint64) func() {
 			c.Close(ld)
 			return func() { c.Restart(ld) }
 		}},
-		{"lossy+slow links from leader", func(t *testing.T, c *testcluster.Cluster) func() {
-			ld := c.Leader()
-			if ld == 0 {
-				return func() {}
-			}
+		{"lossy+slow links from leader", func(c *testcluster.Cluster, ld uint64) func() {
 			for _, id := range c.IDs() {
 				if id != ld {
 					c.Delay(ld, id, 3*time.Millisecond)
@@ -332,7 +321,7 @@ func ajContendedUnderLeaderFaults(t *testing.T, tick time.Duration, faultFor tim
 	for i := 0; time.Now().Before(deadline); i++ {
 		time.Sleep(time.Duration(300+rnd.IntN(700)) * time.Millisecond)
 		f := nem[i%len(nem)]
-		heal := f.run(t, c)
+		heal := f.run(c)
 		time.Sleep(time.Duration(200+rnd.IntN(800)) * time.Millisecond)
 		heal()
 		t.Logf("%s %v: %s, then healed", time.Now().Format("15:04:05.000"), time.Until(deadline).Round(time.Millisecond), f.name)
