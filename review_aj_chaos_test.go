@@ -123,7 +123,6 @@ func (e *ajErrs) String() string {
 type ajWorker struct {
 	id       int
 	open     func(ctx context.Context) (*quorumlock.Session, error)
-	holderOf func(name string) (quorumlock.LockInfo, error)
 	cycles   atomic.Int64
 	lastDone atomic.Int64 // unix nanos of the last completed cycle
 }
@@ -160,22 +159,7 @@ func (w *ajWorker) run(t *testing.T, cs *ajCS, errs *ajErrs, stop <-chan struct{
 		wasHealthy := healthy.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		start := time.Now()
-		var watch chan struct{}
-		if w.holderOf != nil {
-			watch = make(chan struct{})
-			go func(sid uint64) {
-				select {
-				case <-watch:
-				case <-time.After(5 * time.Second):
-					info, herr := w.holderOf(cs.name)
-					t.Logf("worker %d session %d waiting 5 s: table %+v, %v", w.id, sid, info, herr)
-				}
-			}(s.ID())
-		}
 		l, err := s.Acquire(ctx, cs.name)
-		if watch != nil {
-			close(watch)
-		}
 		if err != nil {
 			cancel()
 			errs.add("Acquire", err)
@@ -266,21 +250,12 @@ func TestReviewAJContendedUnderLeaderFaults(t *testing.T) {
 func ajContendedUnderLeaderFaults(t *testing.T, tick time.Duration, faultFor time.Duration) {
 	c := testcluster.New(t, testcluster.Options{Size: 3, TickInterval: tick, SessionTTL: 5 * time.Second})
 	c.WaitLeader(10 * time.Second)
-	var addrs []string
-	for _, id := range c.IDs() {
-		addrs = append(addrs, c.Peers()[id])
-	}
 	var clients []*quorumlock.Client
 	for i := range 2 {
-		cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrs,
+		clients = append(clients, dial(t, addrsOf(c, c.IDs()...),
 			quorumlock.WithDialer(c.Net.Dialer(uint64(100+i))),
 			quorumlock.WithSessionTTL(5*time.Second),
-			quorumlock.WithElectionTimeout(c.ElectionTimeout()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cl.Close() })
-		clients = append(clients, cl)
+			quorumlock.WithElectionTimeout(c.ElectionTimeout())))
 	}
 	var workers []*ajWorker
 	for i := range 12 {
@@ -298,11 +273,6 @@ func ajContendedUnderLeaderFaults(t *testing.T, tick time.Duration, faultFor tim
 		default:
 			cl := clients[i%2]
 			w.open = func(ctx context.Context) (*quorumlock.Session, error) { return cl.NewSession(ctx) }
-		}
-		w.holderOf = func(name string) (quorumlock.LockInfo, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			return clients[0].Holder(ctx, name)
 		}
 		workers = append(workers, w)
 	}

@@ -24,18 +24,10 @@ import (
 func TestReviewAJNoLostWakeup(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Size: 3, SessionTTL: 3 * time.Second})
 	c.WaitLeader(10 * time.Second)
-	var addrs []string
-	for _, id := range c.IDs() {
-		addrs = append(addrs, c.Peers()[id])
-	}
-	cl, err := quorumlock.Dial(testCtx(t, 10*time.Second), addrs,
+	cl := dial(t, addrsOf(c, c.IDs()...),
 		quorumlock.WithDialer(c.Net.Dialer(100)),
 		quorumlock.WithSessionTTL(3*time.Second),
 		quorumlock.WithElectionTimeout(c.ElectionTimeout()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	rnd := rand.New(rand.NewPCG(3, 5))
 	openers := func() []opener {
 		var out []opener
@@ -47,9 +39,9 @@ func TestReviewAJNoLostWakeup(t *testing.T) {
 	const rounds = 80
 	var last quorumlock.Token
 	for i := range rounds {
-		os := openers()
-		h := newSession(t, os[rnd.IntN(len(os))])
-		w := newSession(t, os[rnd.IntN(len(os))])
+		ops := openers()
+		h := newSession(t, ops[rnd.IntN(len(ops))])
+		w := newSession(t, ops[rnd.IntN(len(ops))])
 		hl := mustAcquire(t, h, "wake")
 		if hl.Token() <= last {
 			t.Fatalf("round %d: token %d after %d", i, hl.Token(), last)
@@ -76,7 +68,7 @@ func TestReviewAJNoLostWakeup(t *testing.T) {
 			if err := hl.Release(testCtx(t, 5*time.Second)); err != nil && !errors.Is(err, quorumlock.ErrNotHeld) {
 				t.Fatalf("round %d: Release during transfer: %v", i, err)
 			}
-		case 3: // release racing a leader crash (not the holder's or waiter's replica if we can)
+		case 3: // release racing a leader crash
 			ld := c.Leader()
 			go func() {
 				if ld != 0 {
@@ -87,8 +79,7 @@ func TestReviewAJNoLostWakeup(t *testing.T) {
 			if err != nil && !errors.Is(err, quorumlock.ErrNotHeld) && !errors.Is(err, quorumlock.ErrClosed) {
 				t.Fatalf("round %d: Release during leader crash: %v", i, err)
 			}
-			defer func() {}()
-			// restart below, after the waiter's outcome
+			// The crashed leader restarts below, after the waiter's outcome.
 			start := time.Now()
 			var r acquireResult
 			select {

@@ -442,12 +442,17 @@ func slicesDelete(cs []chan outcome, c chan outcome) []chan outcome {
 }
 
 func (s *Service) notLeader() *lockpb.Response {
-	st := s.raft.Status()
-	hint := st.Leader
-	if hint == st.ID {
-		hint = 0
-	}
+	hint := otherLeader(s.raft.Status())
 	return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}
+}
+
+// otherLeader is the leader st names as a hint for a caller sent away: 0
+// where it names this replica, which the caller is already asking.
+func otherLeader(st raftnode.Status) uint64 {
+	if st.Leader == st.ID {
+		return 0
+	}
+	return st.Leader
 }
 
 // ResponseOf is the answer to a request whose command had result r.

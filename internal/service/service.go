@@ -630,10 +630,7 @@ func (s *Service) readyCode() (lockpb.Code, uint64) {
 	st := s.raft.Status()
 	select {
 	case <-s.raft.Done():
-		if st.Leader == st.ID {
-			return lockpb.Code_CODE_NOT_LEADER, 0
-		}
-		return lockpb.Code_CODE_NOT_LEADER, st.Leader
+		return lockpb.Code_CODE_NOT_LEADER, otherLeader(st)
 	default:
 	}
 	s.mu.Lock()
