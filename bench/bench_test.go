@@ -71,6 +71,7 @@ func BenchmarkAcquireReleaseFollower(b *testing.B) {
 // -cpu 32), each with its own session and name, spread over the replicas.
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	c, _ := benchCluster(b)
+	b.ResetTimer() // not the cluster's start and first election
 	var next atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()

@@ -182,6 +182,7 @@ func BenchmarkSnapshot1M(b *testing.B) {
 		}
 	}
 	for b.Loop() {
+		want := m.NumLocks() // each pass adds extra-* locks after its snapshot
 		start := time.Now()
 		snap := m.Snapshot()
 		pause := time.Since(start)
@@ -214,7 +215,7 @@ func BenchmarkSnapshot1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		restore := time.Since(start)
-		if r.NumLocks() != sessions*perSession {
+		if r.NumLocks() != want {
 			b.Fatalf("restored %d locks", r.NumLocks())
 		}
 		b.ReportMetric(float64(pause.Microseconds())/1000, "pause-ms")
