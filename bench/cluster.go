@@ -21,6 +21,24 @@ const (
 	defaultTTL = 10 * time.Second
 )
 
+// clientPath is how a scenario's lockers reach a cluster; both systems use
+// the same one in a run (-client).
+type clientPath string
+
+const (
+	// inProcess: the application is linked with the member it talks to.
+	// quorumlock: Node.NewSession on the member; etcd: the member's
+	// in-process client (v3client.New(e.Server): clientv3 calling the
+	// server's gRPC handlers as functions, no socket).
+	inProcess clientPath = "inproc"
+	// overGRPC: a separate client process's view, over loopback gRPC.
+	// quorumlock: one quorumlock.Client per member, dialed at that
+	// member's address (it follows leader hints, so its requests go to
+	// the leader); etcd: one clientv3.Client per member, pinned to that
+	// member's endpoint (a follower forwards to the leader).
+	overGRPC clientPath = "grpc"
+)
+
 // system is one implementation under test: quorumlock ("ours") or etcd.
 // The generic scenarios (throughput, latency, hand-off, failover) drive a
 // cluster through the same code; the heavy ones (heartbeats, memory,
@@ -41,7 +59,8 @@ type cluster interface {
 	// Leader waits until every running member names the same running
 	// leader and returns its index.
 	Leader(ctx context.Context) (int, error)
-	// NewLocker opens a session (a lease) through member i.
+	// NewLocker opens a session (a lease) through member i, on the
+	// cluster's client path.
 	NewLocker(ctx context.Context, member int) (locker, error)
 	// AttemptTimeout is how long one lock attempt may take during a
 	// failover before the client gives up and retries (0: the system's

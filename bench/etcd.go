@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,18 +17,26 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
 
 // etcdSystem is the baseline: embedded etcd members with the client/v3
 // concurrency Mutex and leases, fsync on (the default).
-type etcdSystem struct{}
+type etcdSystem struct {
+	client clientPath // how NewLocker's sessions reach the cluster
+}
 
 func (etcdSystem) Name() string { return "etcd" }
 
-func (etcdSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
-	return startEtcd(ctx, n, dir)
+func (s etcdSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
+	c, err := startEtcd(ctx, n, dir)
+	if err != nil {
+		return nil, err
+	}
+	c.path = s.client
+	return c, nil
 }
 
 // etcdCluster is n embedded etcd members in this process, on loopback.
@@ -38,8 +47,14 @@ type etcdCluster struct {
 	clientURLs []url.URL
 	members    []*embed.Etcd      // nil while stopped
 	clients    []*clientv3.Client // one per member, pinned to its endpoint
-	ctx        context.Context    // ends with the cluster: keeps sessions' keepalives
-	cancel     context.CancelFunc
+	// path is NewLocker's client path ("" is inProcess); inproc holds
+	// each running member's in-process client (v3client), made on first
+	// use.
+	path   clientPath
+	mu     sync.Mutex
+	inproc []*clientv3.Client
+	ctx    context.Context // ends with the cluster: keeps sessions' keepalives
+	cancel context.CancelFunc
 	// keepAlives counts successful lease keepalive responses received by
 	// every client of this cluster (a gRPC stream interceptor).
 	keepAlives atomic.Int64
@@ -67,6 +82,7 @@ func startEtcdOnce(ctx context.Context, n int, dir string) (*etcdCluster, error)
 		token:   fmt.Sprintf("bench-%d", time.Now().UnixNano()),
 		members: make([]*embed.Etcd, n),
 		clients: make([]*clientv3.Client, n),
+		inproc:  make([]*clientv3.Client, n),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ports, err := freePorts(2 * n)
@@ -203,11 +219,38 @@ func (c *etcdCluster) NewLocker(ctx context.Context, member int) (locker, error)
 	if c.clients[member] == nil {
 		return nil, fmt.Errorf("etcd member %d is not running", member)
 	}
-	s, err := newEtcdSession(ctx, c.ctx, c.clients[member], int(defaultTTL/time.Second))
+	cl := c.clients[member]
+	if c.path != overGRPC {
+		cl = c.inProcess(member)
+	}
+	s, err := newEtcdSession(ctx, c.ctx, cl, int(defaultTTL/time.Second))
 	if err != nil {
 		return nil, err
 	}
 	return etcdLocker{s}, nil
+}
+
+// inProcess returns member's in-process client, making it on first use:
+// v3client.New, which etcd provides for applications embedding a member.
+func (c *etcdCluster) inProcess(member int) *clientv3.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inproc[member] == nil {
+		c.inproc[member] = v3client.New(c.members[member].Server)
+	}
+	return c.inproc[member]
+}
+
+// closeInProcess closes member's in-process client, if it has one.
+func (c *etcdCluster) closeInProcess(member int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.inproc[member]
+	c.inproc[member] = nil
+	if cl == nil {
+		return nil
+	}
+	return cl.Close()
 }
 
 // newEtcdSession opens a concurrency.Session (a lease kept alive until life
@@ -258,6 +301,7 @@ func (c *etcdCluster) stop(i int, hard bool) error {
 		c.clients[i].Close()
 		c.clients[i] = nil
 	}
+	c.closeInProcess(i)
 	if hard {
 		c.members[i].Server.HardStop()
 	}
@@ -304,6 +348,7 @@ func (c *etcdCluster) Close() error {
 			errs = append(errs, cl.Close())
 			c.clients[i] = nil
 		}
+		errs = append(errs, c.closeInProcess(i))
 	}
 	for i, e := range c.members {
 		if e != nil {

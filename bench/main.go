@@ -52,6 +52,7 @@ type params struct {
 
 	failoverRepeats int
 	rounds          int // runs of each scenario per system; the median counts
+	client          clientPath
 
 	prof *profiler // nil: no profiling (etcd runs, or no -cpuprofile)
 }
@@ -149,6 +150,7 @@ func main() {
 		etcdStorm    = flag.Int("etcd-storm-sessions", 0, "override etcd's lease count in expiry_storm (default 50,000; quick: as ours)")
 		repeats      = flag.Int("failover-repeats", 0, "failover repeats (default 10, quick 2)")
 		backend      = flag.String("backend", "pebble", "quorumlock's log backend (Config.LogBackend): pebble or wal")
+		client       = flag.String("client", string(inProcess), "how the lockers of the loop scenarios and failover reach either system: inproc (quorumlock's Node.NewSession, etcd's v3client.New(e.Server)) or grpc (quorumlock.Dial, clientv3.New, over loopback)")
 		rounds       = flag.Int("rounds", 1, "run each scenario this many times per system, alternating which goes first, and report each system's median (odd counts give a true median)")
 	)
 	flag.Parse()
@@ -227,8 +229,13 @@ func main() {
 	if b := quorumlock.LogBackend(*backend); b != quorumlock.LogPebble && b != quorumlock.LogWAL {
 		fatal(fmt.Errorf("-backend %q is neither %q nor %q", b, quorumlock.LogPebble, quorumlock.LogWAL))
 	}
+	path := clientPath(*client)
+	if path != inProcess && path != overGRPC {
+		fatal(fmt.Errorf("-client %q is neither %q nor %q", path, inProcess, overGRPC))
+	}
+	p.client = path
 	var syss []system
-	for _, s := range []system{qlSystem{backend: quorumlock.LogBackend(*backend)}, etcdSystem{}} {
+	for _, s := range []system{qlSystem{backend: quorumlock.LogBackend(*backend), client: path}, etcdSystem{client: path}} {
 		if slices.Contains(strings.Split(*systems, ","), s.Name()) {
 			syss = append(syss, s)
 		}
@@ -252,6 +259,10 @@ func main() {
 		if err := rep.writeJSON(*jsonOut); err != nil {
 			fatal(err)
 		}
+	}
+	if n := rep.failedRounds(); n > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d scenario round(s) failed; the table and JSON mark them\n", n)
+		os.Exit(1)
 	}
 }
 

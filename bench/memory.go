@@ -53,6 +53,7 @@ func (s qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
 		return measure{}, fmt.Errorf("client process: malformed SESSIONS line %q", f)
 	}
 	h0 := stableHeap()
+	rss0 := rssBytes()
 	parts0 := heapParts(qlReplicaParts)
 	p.prof.start()
 	if err := mc.send("GO"); err != nil {
@@ -73,6 +74,7 @@ func (s qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
 	}
 	locks := int(cl[0])
 	h1 := stableHeap()
+	rss1 := rssBytes()
 	parts := heapPartsDelta(parts0, heapParts(qlReplicaParts))
 	p.prof.heap()
 	// The locks were held throughout: the client fails if a session ended.
@@ -80,6 +82,7 @@ func (s qlSystem) Memory(ctx context.Context, p *params) (measure, error) {
 		return measure{}, fmt.Errorf("client process: %w", err)
 	}
 	m := memMeasure(hBase, h0, h1, parts, p.memSessions, locks, 3, rate)
+	m.extra["rss_growth_bytes_per_lock_x_replica"] = (float64(rss1) - float64(rss0)) / float64(locks*3)
 	m.extra["scope"] = "live Go heap of the bench process, which holds the 3 replicas only (sessions and Lock handles live in a child client process, over gRPC), divided by locks x replicas"
 	sp := heapPartsDelta(partsBase, parts0)
 	m.extra["replica_bytes_per_session_x_replica"] = sp["replica"] / float64(p.memSessions*3)
@@ -136,6 +139,7 @@ func (etcdSystem) Memory(ctx context.Context, p *params) (measure, error) {
 		return measure{}, err
 	}
 	h0 := stableHeap()
+	rss0 := rssBytes()
 	parts0 := heapParts(etcdParts)
 	per := p.memLocks / len(ids)
 	pr := newProgress("create lock keys", per*len(ids))
@@ -157,8 +161,10 @@ func (etcdSystem) Memory(ctx context.Context, p *params) (measure, error) {
 		return measure{}, err
 	}
 	h1 := stableHeap()
+	rss1 := rssBytes()
 	parts := heapPartsDelta(parts0, heapParts(etcdParts))
 	m := memMeasure(hBase, h0, h1, parts, len(ids), per*len(ids), 3, float64(per*len(ids))/el.Seconds())
+	m.extra["rss_growth_bytes_per_lock_x_replica"] = (float64(rss1) - float64(rss0)) / float64(per*len(ids)*3)
 	sp := heapPartsDelta(partsBase, parts0)
 	m.extra["replica_bytes_per_session_x_replica"] = sp["replica"] / float64(len(ids)*3)
 	m.extra["client_bytes_per_session"] = sp["client"] / float64(len(ids))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/quorumlock/quorumlock"
@@ -17,12 +18,18 @@ import (
 // qlSystem is quorumlock, driven through its public API only.
 type qlSystem struct {
 	backend quorumlock.LogBackend // Config.LogBackend ("" is the default, Pebble)
+	client  clientPath            // how NewLocker's sessions reach the cluster
 }
 
 func (qlSystem) Name() string { return "ours" }
 
 func (s qlSystem) Start(ctx context.Context, n int, dir string) (cluster, error) {
-	return startQL(ctx, n, dir, s.backend)
+	c, err := startQL(ctx, n, dir, s.backend)
+	if err != nil {
+		return nil, err
+	}
+	c.path = s.client
+	return c, nil
 }
 
 // qlCluster is n quorumlock replicas in this process, on loopback.
@@ -32,6 +39,10 @@ type qlCluster struct {
 	backend quorumlock.LogBackend
 	peers   map[uint64]string
 	nodes   []*quorumlock.Node // nodes[i] has ID i+1; nil while stopped
+
+	path    clientPath // of NewLocker ("" is inProcess)
+	mu      sync.Mutex
+	clients map[int]*quorumlock.Client // overGRPC: one per member, dialed on first use
 }
 
 func startQL(ctx context.Context, n int, dir string, backend quorumlock.LogBackend) (*qlCluster, error) {
@@ -133,11 +144,49 @@ func (c *qlCluster) NewLocker(ctx context.Context, member int) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := n.NewSession(ctx)
+	var s *quorumlock.Session
+	if c.path == overGRPC {
+		var cl *quorumlock.Client
+		if cl, err = c.client(ctx, member); err == nil {
+			s, err = cl.NewSession(ctx)
+		}
+	} else {
+		s, err = n.NewSession(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return qlLocker{s}, nil
+}
+
+// client returns the gRPC client dialed at member's address, dialing it on
+// first use; like etcd's side, every locker through a member shares it.
+func (c *qlCluster) client(ctx context.Context, member int) (*quorumlock.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.clients[member]; cl != nil {
+		return cl, nil
+	}
+	cl, err := quorumlock.Dial(ctx, []string{c.peers[uint64(member+1)]},
+		quorumlock.WithSessionTTL(defaultTTL), quorumlock.WithElectionTimeout(election))
+	if err != nil {
+		return nil, err
+	}
+	if c.clients == nil {
+		c.clients = map[int]*quorumlock.Client{}
+	}
+	c.clients[member] = cl
+	return cl, nil
+}
+
+// closeClients closes the gRPC clients (their sessions end locally).
+func (c *qlCluster) closeClients() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for m, cl := range c.clients {
+		cl.Close()
+		delete(c.clients, m)
+	}
 }
 
 // AttemptTimeout is 0: a Session re-sends a request to the new leader by
@@ -178,6 +227,7 @@ func (c *qlCluster) Restart(ctx context.Context, i int) error {
 }
 
 func (c *qlCluster) Close() error {
+	c.closeClients()
 	var errs []error
 	for i, n := range c.nodes {
 		if n != nil {

@@ -177,6 +177,7 @@ func (rep *report) print(w io.Writer) {
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
 		rep.start.Format(time.RFC3339), rep.end.Sub(rep.start).Round(time.Second))
 	fmt.Fprintf(w, "both: 3 members (five_replicas: 5), tick 100 ms, election timeout 1 s, session/lease TTL 10 s unless noted; ratio = ours/etcd\n")
+	fmt.Fprintf(w, "client path (-client) of the loop scenarios and failover: %s\n", clientPathText(p.client))
 	if p.quick {
 		fmt.Fprintf(w, "QUICK RUN: windows %v; heartbeats %d sessions (TTL %v); memory_1m %d locks over %d sessions; expiry_storm %d sessions (TTL %v); %d failovers\n",
 			p.duration, p.hbSessions, p.hbTTL, p.memLocks, p.memSessions, p.stormSessions, p.stormTTL, p.failoverRepeats)
@@ -242,7 +243,7 @@ func (r *row) notes() []string {
 		out = append(out, fmt.Sprintf("fsync (write 100 B + fdatasync) p50 %.3f ms, p99 %.3f ms -> goal p50 <= %.3f ms", r.fsyncP50, r.fsyncP99, r.fsyncP50+0.5))
 		both("acquire p99 ms", "acquire_p99_ms")
 		both("release p50 ms", "release_p50_ms")
-		out = append(out, "the single client runs on the leader's member (in process for ours; etcd client pinned to the leader)")
+		out = append(out, "the single client runs on the leader's member, on the run's client path")
 	case "heartbeats":
 		both("sessions", "sessions")
 		both("offered heartbeats/s", "offered_per_s")
@@ -263,6 +264,7 @@ func (r *row) notes() []string {
 		both("per session (allocation site): replica bytes per session x replica", "replica_bytes_per_session_x_replica")
 		both("per session: client bytes per session (ours: client process heap; etcd: allocation site)", "client_bytes_per_session")
 		both("acquires/s during setup", "acquires_per_s")
+		both("process RSS growth per lock x replica (Go heap, off-heap memory such as Pebble's memtables and bbolt's mmap, and freed heap not yet returned; not the goal's measure)", "rss_growth_bytes_per_lock_x_replica")
 		out = append(out, "value: live Go heap after GC of the bench process, delta over the locks, divided by locks x 3. "+
 			"ours: the bench process holds the 3 replicas only; the sessions and Lock handles live in a child client process (quorumlock.Dial, over gRPC on loopback), "+
 			"whose own heap growth is reported as client bytes but is not in the value; in the split, quorumlock's root package counts as replica side (Node, gRPC service, router). "+
@@ -344,6 +346,27 @@ func jsonList(vs []float64) []any {
 	return out
 }
 
+// clientPathText says what path means for each system.
+func clientPathText(path clientPath) string {
+	if path == overGRPC {
+		return "grpc, both over loopback gRPC (ours: quorumlock.Dial at the member, following leader hints; etcd: clientv3.New pinned to the member)"
+	}
+	return "inproc, both in process (ours: Node.NewSession on the member; etcd: v3client.New(e.Server) on the member)"
+}
+
+// failedRounds returns how many (scenario, system, round) runs failed. A
+// run with any failure exits non-zero, after printing the table and
+// writing the JSON, so scripts and CI notice a broken scenario.
+func (rep *report) failedRounds() int {
+	n := 0
+	for _, r := range rep.rows {
+		a, _ := countErrs(r.oursErrs)
+		b, _ := countErrs(r.etcdErrs)
+		n += a + b
+	}
+	return n
+}
+
 // countErrs returns the number of non-nil errors in errs and the first.
 func countErrs(errs []error) (n int, first error) {
 	for _, err := range errs {
@@ -377,6 +400,8 @@ func (rep *report) writeJSON(path string) error {
 				"ttl_s": p.stormTTL.Seconds()},
 			"failover_repeats": p.failoverRepeats,
 			"rounds":           p.rounds,
+			"client_path":      string(p.client),
+			"client_path_text": clientPathText(p.client),
 		},
 	}
 	scs := map[string]any{}

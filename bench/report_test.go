@@ -54,6 +54,10 @@ func TestRowFinishTakesMedians(t *testing.T) {
 	if r.fsyncP50 != 0.3 || r.fsyncP99 != 0.7 {
 		t.Fatalf("fsync p50, p99 = %v, %v; want medians 0.3, 0.7", r.fsyncP50, r.fsyncP99)
 	}
+	rep := &report{rows: []*row{r}}
+	if n := rep.failedRounds(); n != 1 {
+		t.Fatalf("failedRounds = %d, want 1 (etcd's second round); a failed round must make the run exit non-zero", n)
+	}
 	got := r.roundRatios()
 	if len(got) != 3 || got[0] != 900.0/160 || !math.IsNaN(got[1]) || got[2] != 1100.0/150 {
 		t.Fatalf("round ratios = %v, want [%v NaN %v]", got, 900.0/160, 1100.0/150)

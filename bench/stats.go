@@ -47,6 +47,28 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
+// rssBytes returns this process's resident set size (VmRSS of
+// /proc/self/status), 0 where that cannot be read. Unlike the live Go heap
+// it includes memory outside the heap (Pebble's memtables and block cache,
+// allocated with C malloc when cgo is on; bbolt's mmap-ed file pages that
+// were touched) and freed heap the runtime has not returned to the OS.
+func rssBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" && f[2] == "kB" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 // stableHeap returns the live heap once it has settled: goroutines of a
 // cluster closed just before (etcd's in particular) may still be letting
 // go of memory for seconds. It reads liveHeap every 500 ms until three
