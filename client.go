@@ -690,7 +690,12 @@ func (c *Client) proposeTracked(ctx context.Context, req *lockpb.Request) (resp 
 // an error) when moved closes: the heartbeats found another leader.
 func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(actx context.Context, moved <-chan struct{}, cc *grpc.ClientConn, addr string) (bool, error)) error {
 	backoff := minBackoff
-	hops := 0 // redirects followed at once since the last backoff
+	hops := 0 // redirects and failovers followed at once since the last backoff
+	// At most one hop per address, and a few even with fewer addresses: a
+	// client given one replica learns the others from hints, and after a
+	// leadership transfer the old leader names the new one while a
+	// follower may still name the old one for a round trip.
+	maxHops := max(len(c.addrs), 3)
 	for {
 		// Nothing is sent once ctx has ended: a request sent then could
 		// take effect (a grant) after the caller was told ctx's error, as
@@ -727,7 +732,7 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 				// none (an election) would bounce the request between
 				// them a round trip apart. Past one hop per address, wait
 				// as after a failure.
-				if c.pick() != addr && hops < len(c.addrs) {
+				if c.pick() != addr && hops < maxHops {
 					hops++
 					continue
 				}
@@ -741,6 +746,14 @@ func (c *Client) retryPropose(ctx context.Context, blocking bool, attempt func(a
 				// ended while it waited in the queue says nothing about
 				// the leader: it is kept.
 				c.rotate(addr)
+				// Another replica to try (the failed one was not the
+				// only address): at once, within the hop budget, as a
+				// leader that stopped after handing over leadership
+				// closes the requests it had.
+				if ctx.Err() == nil && c.pick() != addr && hops < maxHops {
+					hops++
+					continue
+				}
 			}
 		} else {
 			c.rotate(addr)

@@ -175,7 +175,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return s.notLeader(), nil
+		return s.redirect(ctx), nil
 	}
 	var o outcome
 	select {
@@ -189,7 +189,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 		return s.notLeader(), nil
 	}
 	if o.notLeader {
-		return s.notLeader(), nil
+		return s.redirect(ctx), nil
 	}
 	if o.expiring {
 		return reopenExpiring(), nil
@@ -201,7 +201,7 @@ func (s *Service) propose(ctx context.Context, req *lockpb.Request) (*lockpb.Res
 			return nil, ctx.Err()
 		}
 		if o.notLeader {
-			return s.notLeader(), nil
+			return s.redirect(ctx), nil
 		}
 	}
 	return ResponseOf(o.res), nil
@@ -444,6 +444,37 @@ func slicesDelete(cs []chan outcome, c chan outcome) []chan outcome {
 func (s *Service) notLeader() *lockpb.Response {
 	hint := otherLeader(s.raft.Status())
 	return &lockpb.Response{Code: lockpb.Code_CODE_NOT_LEADER, LeaderHint: hint, LeaderAddr: s.cfg.Peers[hint]}
+}
+
+// redirect is notLeader for a request this replica took as leader and
+// could not serve: raft refused the proposal (a leadership transfer is
+// under way) or the leadership ended before the answer. While the replica
+// runs and names no other leader (a transfer under way, or no leader known
+// yet), it waits up to LeaderWait, or until ctx ends, for one to become
+// known, so that the caller is sent straight to the new leader; the other
+// replicas may still name this one for a round trip.
+func (s *Service) redirect(ctx context.Context) *lockpb.Response {
+	timer := time.NewTimer(s.cfg.LeaderWait)
+	defer timer.Stop()
+	for {
+		changed := s.raft.LeaderChanged()
+		st := s.raft.Status()
+		if st.Leader != 0 && (st.Leader != st.ID || st.LeadTransferee == 0) {
+			// Another leader, or this one again without a transfer.
+			return s.notLeader()
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return s.notLeader()
+		case <-timer.C:
+			return s.notLeader()
+		case <-s.stopc:
+			return s.notLeader()
+		case <-s.raft.Done():
+			return s.notLeader()
+		}
+	}
 }
 
 // otherLeader is the leader st names as a hint for a caller sent away: 0

@@ -74,6 +74,15 @@ type Config struct {
 	// (wall clock). The default is 1 s; a replica sets its election
 	// timeout.
 	ReadyWait time.Duration
+	// LeaderWait bounds how long a request waits at a running replica that
+	// knows no leader (an election, or a leadership transfer, between the
+	// vote and the new leader's first message) for one to become known,
+	// before it is answered NOT_LEADER without a hint (wall clock). A
+	// caller then learns the new leader at once instead of trying the
+	// other replicas, which may still name the old one. The default is a
+	// tenth of ReadyWait; a cut-off replica keeps a caller at most that
+	// long.
+	LeaderWait time.Duration
 }
 
 // Hooks report what the service did, for metrics. Each may be nil.
@@ -191,6 +200,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.ReadyWait <= 0 {
 		cfg.ReadyWait = time.Second
+	}
+	if cfg.LeaderWait <= 0 {
+		cfg.LeaderWait = cfg.ReadyWait / 10
 	}
 	m := fsm.New(cfg.Limits)
 	return &Service{
@@ -587,13 +599,22 @@ func (s *Service) setReady(ready bool) {
 // is ready or deposed, up to ReadyWait, instead of answering UNAVAILABLE at
 // once, so that a client that followed the leader change is served as soon
 // as possible rather than after its retry backoff. It returns UNAVAILABLE
-// if ctx ends or the wait runs out first.
+// if ctx ends or the wait runs out first. At a running replica that knows
+// no leader it waits likewise, up to LeaderWait, for one to become known:
+// during a leadership transfer the old leader knows none from its vote
+// until the new leader's first append, a round trip later, and the other
+// followers may still name the old leader, so a caller sent away without
+// a hint would bounce between them until its backoff.
 func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 	code, hint := s.readyCode()
-	if code != lockpb.Code_CODE_UNAVAILABLE {
+	if !s.mayWait(code, hint) {
 		return code, hint
 	}
-	timer := time.NewTimer(s.cfg.ReadyWait)
+	wait := s.cfg.ReadyWait
+	if code == lockpb.Code_CODE_NOT_LEADER {
+		wait = s.cfg.LeaderWait
+	}
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		// Both signals: raftnode reports a lost leadership (readyC) before
@@ -602,7 +623,7 @@ func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 		s.mu.Lock()
 		readyChanged := s.readyC
 		s.mu.Unlock()
-		if code, hint = s.readyCode(); code != lockpb.Code_CODE_UNAVAILABLE {
+		if code, hint = s.readyCode(); !s.mayWait(code, hint) {
 			return code, hint
 		}
 		select {
@@ -618,6 +639,20 @@ func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 			return s.readyCode()
 		}
 	}
+}
+
+// mayWait reports whether a request answered (code, hint) by readyCode
+// should wait for a change: at a leader not yet ready (UNAVAILABLE), or at
+// a running replica that knows no leader (NOT_LEADER without a hint; a
+// stopped replica is answered at once).
+func (s *Service) mayWait(code lockpb.Code, hint uint64) bool {
+	switch code {
+	case lockpb.Code_CODE_UNAVAILABLE:
+		return true
+	case lockpb.Code_CODE_NOT_LEADER:
+		return hint == 0 && !isClosed(s.raft.Done()) && !isClosed(s.stopc)
+	}
+	return false
 }
 
 // readyCode reports whether this replica may take requests now. A replica
@@ -643,4 +678,14 @@ func (s *Service) readyCode() (lockpb.Code, uint64) {
 		return lockpb.Code_CODE_UNAVAILABLE, st.ID
 	}
 	return lockpb.Code_CODE_NOT_LEADER, st.Leader
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

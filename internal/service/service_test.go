@@ -33,6 +33,9 @@ type fakeRaft struct {
 	readGate chan struct{}
 	leader   uint64
 	changed  chan struct{} // closed and replaced by setLeader
+	// transferee is Status().LeadTransferee: a leadership transfer under
+	// way (setLeader clears it).
+	transferee uint64
 
 	deferredCalls int      // deferred ProposeAsync calls
 	holdDeferred  bool     // a deferred ProposeAsync keeps the entry in heldDeferred
@@ -55,7 +58,7 @@ type fakeRaft struct {
 func (f *fakeRaft) setLeader(id uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.leader = id
+	f.leader, f.transferee = id, 0
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -175,7 +178,7 @@ func (f *fakeRaft) WaitApplied(ctx context.Context, index uint64) error { return
 func (f *fakeRaft) Status() raftnode.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return raftnode.Status{ID: 1, Leader: f.leader, Term: f.term, Commit: f.index, Applied: f.index}
+	return raftnode.Status{ID: 1, Leader: f.leader, Term: f.term, Commit: f.index, Applied: f.index, LeadTransferee: f.transferee}
 }
 
 type harness struct {
