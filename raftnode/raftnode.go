@@ -594,7 +594,9 @@ func (n *Node) Err() error {
 func (n *Node) Status() Status { return *n.status.Load() }
 
 // LeaderChanged returns a channel that is closed at the next change of the
-// known leader or term.
+// known leader, the term, or the leadership transfer under way on this
+// leader (Status.LeadTransferee: one started, switched, or ended, also
+// when raft abandons it).
 func (n *Node) LeaderChanged() <-chan struct{} { return *n.leaderC.Load() }
 
 // Step hands a message received from a peer to raft. It never blocks: when
@@ -1762,7 +1764,7 @@ func (n *Node) publishStatus() {
 	}
 	old := n.status.Load()
 	n.status.Store(st)
-	if old == nil || old.Leader != st.Leader || old.Term != st.Term {
+	if old == nil || old.Leader != st.Leader || old.Term != st.Term || old.LeadTransferee != st.LeadTransferee {
 		next := make(chan struct{})
 		prev := n.leaderC.Swap(&next)
 		close(*prev)

@@ -445,3 +445,39 @@ func TestResignSwitchesFromLaggingTransferee(t *testing.T) {
 		t.Fatalf("the transfer did not go to %d (the longer log, answering again) before raft abandons the transfer to %d at tick %d", ahead, lag, electionTicks)
 	}
 }
+
+// TestLeaderChangedSignalsTransfer: LeaderChanged closes when a leadership
+// transfer starts on the leader and again when raft abandons it (the
+// transferee never answered, an election timeout passed), although the
+// leader and term stay the same: the service waits on it while a transfer
+// is under way (Service.redirect), and would otherwise miss the abandon.
+func TestLeaderChangedSignalsTransfer(t *testing.T) {
+	c := newCluster(t, 3)
+	lead := c.settledLeader()
+	to := c.others(lead)[0]
+	term := c.nodes[lead].Status().Term
+	c.setHook(func(from uint64, m *raftpb.Message) bool { return m.GetTo() != to && from != to })
+	changed := c.nodes[lead].LeaderChanged()
+	c.nodes[lead].TransferLeadership(to)
+	c.waitFor("the transfer to start", func() bool { return c.nodes[lead].Status().LeadTransferee == to })
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("LeaderChanged did not close when the transfer started")
+	}
+	changed = c.nodes[lead].LeaderChanged()
+	for range electionTicks + 2 {
+		c.clk.tick()
+		time.Sleep(200 * time.Microsecond)
+	}
+	c.waitFor("raft to abandon the transfer", func() bool { return c.nodes[lead].Status().LeadTransferee == 0 })
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("LeaderChanged did not close when raft abandoned the transfer")
+	}
+	if st := c.nodes[lead].Status(); st.Leader != lead || st.Term != term {
+		t.Fatalf("after the abandoned transfer: leader %d term %d, want %d and %d", st.Leader, st.Term, lead, term)
+	}
+	c.setHook(nil)
+}

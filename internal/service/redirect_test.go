@@ -95,3 +95,72 @@ func TestLeaderlessReplicaWaitsForLeader(t *testing.T) {
 		t.Fatalf("no leader within LeaderWait: %v, %v; want NOT_LEADER without a hint", r, err)
 	}
 }
+
+// A transfer raft abandons (the transferee never answered) ends the wait
+// at once: the replica still leads, so the caller is answered as before
+// rather than held for the rest of LeaderWait.
+func TestRefusedDuringAbandonedTransferAnswersAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.svc.cfg.LeaderWait = time.Minute
+	id := h.open(time.Minute)
+	h.raf.mu.Lock()
+	h.raf.refuse = true
+	h.raf.mu.Unlock()
+	h.raf.setTransferee(2)
+	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
+	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
+		t.Fatalf("answered during the transfer: %v", r)
+	}
+	h.raf.setTransferee(0)
+	r := answeredWithin(got, 5*time.Second)
+	if r == nil {
+		t.Fatal("still held after the transfer was abandoned (LeaderWait is a minute)")
+	}
+	if r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
+		t.Fatalf("answer = %v, want NOT_LEADER", r)
+	}
+}
+
+// A leadership lost without a transfer (CheckQuorum, a higher term's vote)
+// reaches the service (LeaderLost) before raftnode publishes the Status
+// naming the new leader: a refused request waits for that Status and is
+// sent to the new leader, not away without a hint on the stale one.
+func TestRefusedAfterDepositionWaitsForStatus(t *testing.T) {
+	h := newHarness(t)
+	h.svc.cfg.LeaderWait = time.Minute
+	h.svc.cfg.Peers = map[uint64]string{1: "a:1", 2: "b:2", 3: "c:3"}
+	h.svc.LeaderLost() // the Status still names this replica
+	got := make(chan *lockpb.Response, 1)
+	go func() { got <- h.svc.redirect(context.Background()) }()
+	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
+		t.Fatalf("answered on the stale Status: %v", r)
+	}
+	h.raf.setLeader(3)
+	r := answeredWithin(got, 5*time.Second)
+	if r == nil || r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 3 || r.GetLeaderAddr() != "c:3" {
+		t.Fatalf("answer = %v, want NOT_LEADER naming member 3 at c:3", r)
+	}
+}
+
+// A leader not yet ready holds a request up to ReadyWait; if it is then
+// deposed and knows no leader, the request waits at most LeaderWait more,
+// not the rest of ReadyWait (review AL).
+func TestAwaitReadyDeposedLeaderlessWaitsLeaderWait(t *testing.T) {
+	h := newHarness(t)
+	h.svc.cfg.ReadyWait = time.Minute
+	h.svc.cfg.LeaderWait = 20 * time.Millisecond
+	id := h.open(time.Minute)
+	h.svc.LeaderLost() // still the leader in Status, not ready: UNAVAILABLE
+	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
+	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
+		t.Fatalf("answered by a leader not yet ready: %v", r)
+	}
+	h.raf.setLeader(0) // deposed, no leader known
+	r := answeredWithin(got, 5*time.Second)
+	if r == nil {
+		t.Fatal("held for the rest of ReadyWait (a minute) after the deposition")
+	}
+	if r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 0 {
+		t.Fatalf("answer = %v, want NOT_LEADER without a hint", r)
+	}
+}

@@ -449,22 +449,30 @@ func (s *Service) notLeader() *lockpb.Response {
 // redirect is notLeader for a request this replica took as leader and
 // could not serve: raft refused the proposal (a leadership transfer is
 // under way) or the leadership ended before the answer. While the replica
-// runs and names no other leader (a transfer under way, or no leader known
-// yet), it waits up to LeaderWait, or until ctx ends, for one to become
-// known, so that the caller is sent straight to the new leader; the other
-// replicas may still name this one for a round trip.
+// runs and names no other leader (a transfer under way, no leader known
+// yet, or a leadership lost but not yet published: raftnode calls
+// LeaderLost before it publishes the Status), it waits up to LeaderWait,
+// or until ctx ends, for one to become known, so that the caller is sent
+// straight to the new leader; the other replicas may still name this one
+// for a round trip. A leader that is ready and transfers nothing (raft
+// dropped the proposal for another reason, or abandoned the transfer,
+// which LeaderChanged signals) answers at once, as before.
 func (s *Service) redirect(ctx context.Context) *lockpb.Response {
 	timer := time.NewTimer(s.cfg.LeaderWait)
 	defer timer.Stop()
 	for {
 		changed := s.raft.LeaderChanged()
+		s.mu.Lock()
+		ready, readyChanged := s.ready, s.readyC
+		s.mu.Unlock()
 		st := s.raft.Status()
-		if st.Leader != 0 && (st.Leader != st.ID || st.LeadTransferee == 0) {
-			// Another leader, or this one again without a transfer.
+		if st.Leader != 0 && (st.Leader != st.ID || (st.LeadTransferee == 0 && ready)) {
+			// Another leader, or this one, ready, without a transfer.
 			return s.notLeader()
 		}
 		select {
 		case <-changed:
+		case <-readyChanged:
 		case <-ctx.Done():
 			return s.notLeader()
 		case <-timer.C:

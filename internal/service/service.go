@@ -610,12 +610,18 @@ func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 	if !s.mayWait(code, hint) {
 		return code, hint
 	}
-	wait := s.cfg.ReadyWait
-	if code == lockpb.Code_CODE_NOT_LEADER {
-		wait = s.cfg.LeaderWait
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	// Each wait has its own bound, from when it begins: a leader not yet
+	// ready that is deposed and knows no leader waits at most LeaderWait
+	// more, not what is left of ReadyWait.
+	var readyT, leaderT *time.Timer
+	defer func() {
+		for _, t := range []*time.Timer{readyT, leaderT} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+	}()
+	var readyOut, leaderOut <-chan time.Time
 	for {
 		// Both signals: raftnode reports a lost leadership (readyC) before
 		// it publishes the Status naming the new leader (LeaderChanged).
@@ -626,12 +632,22 @@ func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 		if code, hint = s.readyCode(); !s.mayWait(code, hint) {
 			return code, hint
 		}
+		if code == lockpb.Code_CODE_UNAVAILABLE && readyT == nil {
+			readyT = time.NewTimer(s.cfg.ReadyWait)
+			readyOut = readyT.C
+		}
+		if code == lockpb.Code_CODE_NOT_LEADER && leaderT == nil {
+			leaderT = time.NewTimer(s.cfg.LeaderWait)
+			leaderOut = leaderT.C
+		}
 		select {
 		case <-readyChanged:
 		case <-leaderChanged:
 		case <-ctx.Done():
 			return s.readyCode()
-		case <-timer.C:
+		case <-readyOut:
+			return s.readyCode()
+		case <-leaderOut:
 			return s.readyCode()
 		case <-s.stopc:
 			return s.readyCode()

@@ -63,6 +63,16 @@ func (f *fakeRaft) setLeader(id uint64) {
 	f.changed = make(chan struct{})
 }
 
+// setTransferee changes Status().LeadTransferee and signals
+// LeaderChanged, as raftnode publishes a transfer's start and end.
+func (f *fakeRaft) setTransferee(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.transferee = id
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
 func (f *fakeRaft) LeaderChanged() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
