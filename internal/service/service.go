@@ -604,7 +604,9 @@ func (s *Service) setReady(ready bool) {
 // during a leadership transfer the old leader knows none from its vote
 // until the new leader's first append, a round trip later, and the other
 // followers may still name the old leader, so a caller sent away without
-// a hint would bounce between them until its backoff.
+// a hint would bounce between them until its backoff. When that wait runs
+// out it returns NOT_LEADER without a hint, so a caller at a cut-off
+// replica moves on.
 func (s *Service) awaitReady(ctx context.Context) (lockpb.Code, uint64) {
 	code, hint := s.readyCode()
 	if !s.mayWait(code, hint) {
