@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -142,18 +143,55 @@ func NewCluster(t testing.TB, bin string, opts Options) *Cluster {
 // freeAddrs returns n distinct free loopback addresses. The listeners are
 // all held open until every port is picked: one closed at once could be
 // handed out again by the next Listen (CI saw two members share a port).
+//
+// The ports are below the kernel's ephemeral range where it can tell
+// (ip_local_port_range): a replica killed and restarted binds its port
+// again, and a port from that range may meanwhile be the local end of an
+// outgoing connection, which makes the bind fail with EADDRINUSE (CI saw
+// it: a client's connection took a killed replica's port).
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	out := make([]string, 0, n)
+	lo := ephemeralLow()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		var l net.Listener
+		var err error
+		for try := 0; lo > minPort && try < 100; try++ {
+			port := minPort + rand.IntN(lo-minPort)
+			if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+				break
+			}
+		}
+		if l == nil {
+			if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
 		}
 		defer l.Close()
 		out = append(out, l.Addr().String())
 	}
 	return out
+}
+
+// minPort is the lowest port freeAddrs picks outside the ephemeral range.
+const minPort = 10000
+
+// ephemeralLow returns the low end of the kernel's ephemeral port range
+// (Linux: /proc/sys/net/ipv4/ip_local_port_range), or 0 if unknown.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // IDs returns the member IDs in ascending order.
