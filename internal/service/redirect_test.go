@@ -18,6 +18,29 @@ func answeredWithin(got <-chan *lockpb.Response, d time.Duration) *lockpb.Respon
 	}
 }
 
+// wantHeld fails the test if got has an answer within 50 ms (what: the
+// state in which it must not).
+func wantHeld(t *testing.T, got <-chan *lockpb.Response, what string) {
+	t.Helper()
+	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
+		t.Fatalf("answered %s: %v", what, r)
+	}
+}
+
+// wantNotLeader waits up to 5 s for got's answer (what: when it is due) and
+// fails the test unless it is NOT_LEADER naming member hint at addr (0 and
+// "": no hint).
+func wantNotLeader(t *testing.T, got <-chan *lockpb.Response, hint uint64, addr, what string) {
+	t.Helper()
+	r := answeredWithin(got, 5*time.Second)
+	if r == nil {
+		t.Fatalf("no answer %s", what)
+	}
+	if r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != hint || r.GetLeaderAddr() != addr {
+		t.Fatalf("answer %s = %v, want NOT_LEADER with hint %d %q", what, r, hint, addr)
+	}
+}
+
 // A request raft refuses while this leader hands leadership over
 // (Node.Close, Resign) is not sent away without a hint: it waits until
 // the new leader is known and is answered NOT_LEADER naming it, so the
@@ -33,21 +56,11 @@ func TestRefusedDuringTransferNamesNewLeader(t *testing.T) {
 	h.raf.refuse, h.raf.transferee = true, 2
 	h.raf.mu.Unlock()
 	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
-	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
-		t.Fatalf("answered during the transfer, before a new leader was known: %v", r)
-	}
+	wantHeld(t, got, "during the transfer, before a new leader was known")
 	h.raf.setLeader(0) // voted for the transferee: no leader known yet
-	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
-		t.Fatalf("answered between the vote and the new leader's first message: %v", r)
-	}
+	wantHeld(t, got, "between the vote and the new leader's first message")
 	h.raf.setLeader(2)
-	r := answeredWithin(got, 5*time.Second)
-	if r == nil {
-		t.Fatal("no answer once the new leader was known")
-	}
-	if r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 2 || r.GetLeaderAddr() != "b:2" {
-		t.Fatalf("answer = %v, want NOT_LEADER naming member 2 at b:2", r)
-	}
+	wantNotLeader(t, got, 2, "b:2", "once the new leader was known")
 }
 
 // The wait is bounded: a leader whose transfer does not finish answers
@@ -77,14 +90,9 @@ func TestLeaderlessReplicaWaitsForLeader(t *testing.T) {
 	h.raf.setLeader(0)
 	h.svc.LeaderLost()
 	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
-	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
-		t.Fatalf("answered while no leader was known: %v", r)
-	}
+	wantHeld(t, got, "while no leader was known")
 	h.raf.setLeader(3)
-	r := answeredWithin(got, 5*time.Second)
-	if r == nil || r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 3 || r.GetLeaderAddr() != "c:3" {
-		t.Fatalf("answer = %v, want NOT_LEADER naming member 3 at c:3", r)
-	}
+	wantNotLeader(t, got, 3, "c:3", "once a leader was known")
 
 	h.svc.cfg.LeaderWait = 20 * time.Millisecond
 	h.raf.setLeader(0)
@@ -108,17 +116,9 @@ func TestRefusedDuringAbandonedTransferAnswersAtOnce(t *testing.T) {
 	h.raf.mu.Unlock()
 	h.raf.setTransferee(2)
 	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
-	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
-		t.Fatalf("answered during the transfer: %v", r)
-	}
+	wantHeld(t, got, "during the transfer")
 	h.raf.setTransferee(0)
-	r := answeredWithin(got, 5*time.Second)
-	if r == nil {
-		t.Fatal("still held after the transfer was abandoned (LeaderWait is a minute)")
-	}
-	if r.GetCode() != lockpb.Code_CODE_NOT_LEADER {
-		t.Fatalf("answer = %v, want NOT_LEADER", r)
-	}
+	wantNotLeader(t, got, 0, "", "after the transfer was abandoned (LeaderWait is a minute)")
 }
 
 // A leadership lost without a transfer (CheckQuorum, a higher term's vote)
@@ -132,14 +132,9 @@ func TestRefusedAfterDepositionWaitsForStatus(t *testing.T) {
 	h.svc.LeaderLost() // the Status still names this replica
 	got := make(chan *lockpb.Response, 1)
 	go func() { got <- h.svc.redirect(context.Background()) }()
-	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
-		t.Fatalf("answered on the stale Status: %v", r)
-	}
+	wantHeld(t, got, "on the stale Status")
 	h.raf.setLeader(3)
-	r := answeredWithin(got, 5*time.Second)
-	if r == nil || r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 3 || r.GetLeaderAddr() != "c:3" {
-		t.Fatalf("answer = %v, want NOT_LEADER naming member 3 at c:3", r)
-	}
+	wantNotLeader(t, got, 3, "c:3", "once a leader was known")
 }
 
 // A leader not yet ready holds a request up to ReadyWait; if it is then
@@ -152,15 +147,7 @@ func TestAwaitReadyDeposedLeaderlessWaitsLeaderWait(t *testing.T) {
 	id := h.open(time.Minute)
 	h.svc.LeaderLost() // still the leader in Status, not ready: UNAVAILABLE
 	got := h.proposeAsync(&lockpb.Request{Op: lockpb.Op_OP_ACQUIRE, Session: id, Seq: 1, Name: "a"})
-	if r := answeredWithin(got, 50*time.Millisecond); r != nil {
-		t.Fatalf("answered by a leader not yet ready: %v", r)
-	}
+	wantHeld(t, got, "by a leader not yet ready")
 	h.raf.setLeader(0) // deposed, no leader known
-	r := answeredWithin(got, 5*time.Second)
-	if r == nil {
-		t.Fatal("held for the rest of ReadyWait (a minute) after the deposition")
-	}
-	if r.GetCode() != lockpb.Code_CODE_NOT_LEADER || r.GetLeaderHint() != 0 {
-		t.Fatalf("answer = %v, want NOT_LEADER without a hint", r)
-	}
+	wantNotLeader(t, got, 0, "", "after the deposition (ReadyWait is a minute)")
 }
