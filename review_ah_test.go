@@ -64,7 +64,12 @@ func TestAHSessionCloseReleasesAll(t *testing.T) {
 
 // Issue 2: Lock.Token is "the raft index of the granting entry": tokens are
 // therefore increasing across different names too, and at most the commit
-// index of the replica that served the grant.
+// index of the replica that served the grant. That replica publishes its
+// Status after the Ready whose apply answered the grant (a leader applies
+// before it saves and publishes), so the check waits for the published
+// commit index to reach the token; nothing else is proposed meanwhile, so
+// a token past the grant's own entry would never be reached (CI, -race,
+// saw the Status one entry behind).
 func TestAHTokenIsLogIndex(t *testing.T) {
 	nodes := specCluster(t, 3, nil)
 	lead := specLeader(t, nodes)
@@ -79,8 +84,12 @@ func TestAHTokenIsLogIndex(t *testing.T) {
 		if l.Token() <= last {
 			t.Fatalf("token of %q %d not above the previous grant's %d", name, l.Token(), last)
 		}
+		deadline := time.Now().Add(5 * time.Second)
+		for n.Status().Commit < uint64(l.Token()) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		if c := n.Status().Commit; uint64(l.Token()) > c {
-			t.Fatalf("token %d above the commit index %d", l.Token(), c)
+			t.Fatalf("token %d above the commit index %d, 5 s after the grant", l.Token(), c)
 		}
 		last = l.Token()
 	}
